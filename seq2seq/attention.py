@@ -1,0 +1,125 @@
+"""Scaled dot-product attention and its masks.
+
+Notation (the chapter's): queries ``(B, H, L, d_k)``, keys ``(B, H, S, d_k)``,
+values ``(B, H, S, d_v)``; scores and weights ``(B, H, L, S)``; output ``(B, H, L, d_v)``.
+
+Mask convention: boolean, ``True`` = may attend. A mask is either ``(L, S)`` or rank 4
+with each dim equal to ``(B, H, L, S)``'s or 1. Anything else is refused: silent
+broadcasting along the wrong axis is the classic masking bug.
+
+Two paths with the same maths:
+- :func:`attention` uses ``F.scaled_dot_product_attention`` (the fast path);
+- :func:`reference_attention` spells out scores -> scale -> additive -inf -> softmax -> @V
+  and returns the weights (tests, plots).
+A query row with no allowed key gives a zero output (and finite gradients) on both.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def causal_mask(
+    L: int, S: int | None = None, *, align: str = "bottom_right", device=None
+) -> Tensor:
+    """``(L, S)`` mask where query ``i`` may see keys ``0 .. S-L+i`` (bottom-right).
+
+    Bottom-right is what cached decoding needs: the L new queries are the *last* L
+    positions of the S keys. ``align="top_left"`` (query i sees keys 0..i) is what
+    PyTorch's ``is_causal=True`` does; it is only the same when L == S.
+    """
+    S = L if S is None else S
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"causal_mask: align must be 'bottom_right' or 'top_left', got {align!r}")
+    offset = S - L if align == "bottom_right" else 0
+    i = torch.arange(L, device=device).unsqueeze(1)
+    j = torch.arange(S, device=device).unsqueeze(0)
+    return j <= i + offset
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Key mask ``(B, 1, 1, S)`` from token ids ``(B, S)``: True where not padding."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def lengths_mask(lengths: Tensor, S: int) -> Tensor:
+    """Key mask ``(B, 1, 1, S)`` from lengths ``(B,)``: True for positions < length."""
+    return (torch.arange(S, device=lengths.device)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor | None:
+    """Validate shapes; return the mask as rank 4 (or None)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(
+                f"attention: expected {name} of rank 4 (B, H, len, dim), got shape {tuple(t.shape)}"
+            )
+    B, H, L, d_k = q.shape
+    S = k.shape[2]
+    if k.shape[:2] != (B, H) or k.shape[3] != d_k:
+        raise ValueError(
+            f"attention: expected k of shape ({B}, {H}, S, {d_k}) to match q {tuple(q.shape)}, "
+            f"got {tuple(k.shape)}"
+        )
+    if v.shape[:3] != (B, H, S):
+        raise ValueError(
+            f"attention: expected v of shape ({B}, {H}, {S}, d_v) to match k {tuple(k.shape)}, "
+            f"got {tuple(v.shape)}"
+        )
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        raise ValueError(f"attention: mask must be boolean (True = may attend), got {mask.dtype}")
+    if mask.dim() == 2:
+        mask = mask[None, None]
+    full = (B, H, L, S)
+    if mask.dim() != 4 or any(m not in (1, f) for m, f in zip(mask.shape, full)):
+        raise ValueError(
+            f"attention: expected a mask of shape (L, S) = ({L}, {S}) or broadcastable as "
+            f"(B|1, H|1, L|1, S|1) to (B, H, L, S) = {full}, got {tuple(mask.shape)}"
+        )
+    return mask
+
+
+def _rows_with_keys(mask: Tensor) -> Tensor:
+    """``(B|1, H|1, L|1, 1)``: True where a query row has at least one allowed key."""
+    return mask.any(dim=-1, keepdim=True)
+
+
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> Tensor:
+    """Fast path: ``softmax(q k^T / sqrt(d_k) + mask) v`` via SDPA. Returns ``(B, H, L, d_v)``."""
+    mask = _check(q, k, v, mask)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    has_key = _rows_with_keys(mask)
+    if bool(has_key.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    # A row with no allowed key would be softmax over all -inf = NaN: open it, then zero it.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p)
+    return out.masked_fill(~has_key, 0.0)
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """The chapter's five steps, explicitly. Returns ``(out (B,H,L,d_v), weights (B,H,L,S))``."""
+    mask = _check(q, k, v, mask)
+    scores = q @ k.transpose(-2, -1)  # (B, H, L, S): L x S, not square
+    scores = scores / math.sqrt(q.shape[-1])
+    if mask is not None:
+        # Mask *before* the softmax (additive -inf), so allowed weights sum to 1.
+        scores = scores.masked_fill(~mask, float("-inf"))
+        # Rows with no allowed key: give softmax finite input, then zero the weights.
+        scores = scores.masked_fill(~_rows_with_keys(mask), 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights

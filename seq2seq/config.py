@@ -1,0 +1,231 @@
+"""Typed configuration: the only place defaults live.
+
+Each section is a dataclass validated in ``__post_init__``; errors name the field.
+YAML round trip: ``to_dict``/``from_dict`` (unknown keys are refused by name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Norm = Literal["layernorm", "rmsnorm"]
+NormPosition = Literal["post", "pre"]
+Positional = Literal["sinusoidal", "learned", "rope"]
+Activation = Literal["relu", "gelu"]
+
+
+class ConfigError(ValueError):
+    """A config value or key is invalid; the message names the field."""
+
+
+def _check_literals(obj: Any) -> None:
+    """Refuse values outside a field's ``Literal[...]`` choices, naming the field."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        choices = get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is Literal else ()
+        value = getattr(obj, f.name)
+        if choices and value not in choices:
+            raise ConfigError(
+                f"{type(obj).__name__}.{f.name}: {value!r} is not one of {list(choices)}"
+            )
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+
+
+def _probability(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+
+
+@dataclass
+class ModelConfig:
+    """Encoder-decoder Transformer. Defaults: Transformer-Tiny (4+4, d 128, ff 256, 4 heads)."""
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 128
+    n_heads: int = 4
+    d_k: int | None = None  # per-head query/key width; None = d_model // n_heads
+    d_v: int | None = None  # per-head value width; None = d_model // n_heads
+    d_ff: int = 256
+    encoder_layers: int = 4
+    decoder_layers: int = 4
+    dropout: float = 0.3  # embeddings + residual branches (Vaswani et al. 2017)
+    attention_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # inside the feed-forward, after the activation
+    activation: Activation = "relu"
+    norm: Norm = "layernorm"
+    norm_position: NormPosition = "post"
+    norm_eps: float = 1e-5
+    positional: Positional = "sinusoidal"
+    max_positions: int = 1024  # longest sequence (subword tokens) either side accepts
+    share_embeddings: bool = True  # encoder and decoder share one table (needs a joint vocab)
+    tie_output: bool = True  # decoder output projection = decoder input embedding
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+
+    def __post_init__(self) -> None:
+        _check_literals(self)
+        _positive(
+            self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_k", "d_v",
+            "d_ff", "encoder_layers", "decoder_layers", "max_positions", "norm_eps",
+        )
+        _probability(self, "dropout", "attention_dropout", "activation_dropout")
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads:
+            raise ConfigError(
+                f"ModelConfig.n_heads={self.n_heads} must divide d_model={self.d_model} "
+                "unless d_k and d_v are both set"
+            )
+        if self.positional == "rope" and self.head_dim_k % 2:
+            raise ConfigError(f"ModelConfig.d_k must be even for rope, got {self.head_dim_k}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(f"ModelConfig.d_model must be even for sinusoidal, got {self.d_model}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                "ModelConfig.share_embeddings needs src_vocab_size == tgt_vocab_size "
+                f"(got {self.src_vocab_size} and {self.tgt_vocab_size}); use a joint vocabulary"
+            )
+
+    @property
+    def head_dim_k(self) -> int:
+        return self.d_k if self.d_k is not None else self.d_model // self.n_heads
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+
+@dataclass
+class DecodingConfig:
+    """Search settings shared by translate, evaluate and validation."""
+
+    method: Literal["greedy", "beam", "sample"] = "greedy"
+    beam_size: int = 5
+    nbest: int = 1
+    length_penalty: Literal["gnmt", "average", "none"] = "gnmt"
+    alpha: float = 0.6  # GNMT ((5 + |y|) / 6) ** alpha
+    max_len_a: float = 1.2  # max target length = a * |src| + b
+    max_len_b: int = 10
+    min_len: int = 0
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int | None = None
+    batch_tokens: int = 6000  # source tokens per translation batch
+
+    def __post_init__(self) -> None:
+        _check_literals(self)
+        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "batch_tokens")
+        if self.nbest > self.beam_size and self.method == "beam":
+            raise ConfigError(
+                f"DecodingConfig.nbest={self.nbest} cannot exceed beam_size={self.beam_size}"
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"DecodingConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0 or self.min_len < 0 or self.max_len_a < 0:
+            raise ConfigError("DecodingConfig.top_k, min_len and max_len_a must be >= 0")
+
+
+@dataclass
+class TokenizerConfig:
+    """SentencePiece settings; trained on the training split only."""
+
+    model_type: Literal["bpe", "unigram"] = "bpe"
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    joint: bool = True  # one model for source and target
+    input_sentence_size: int = 2_000_000  # sentences sampled by the trainer
+
+    def __post_init__(self) -> None:
+        _check_literals(self)
+        _positive(self, "vocab_size", "input_sentence_size")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ConfigError(
+                f"TokenizerConfig.character_coverage must be in (0, 1], got {self.character_coverage}"
+            )
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel text comes from and how it is batched."""
+
+    corpus: str | None = "multi30k"  # named corpus; None = use the explicit files below
+    data_dir: str = "data/multi30k"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    train_split: str = "train"
+    valid_split: str = "val"
+    format: Literal["text", "tsv", "jsonl", "hub"] = "text"
+    train_src: str | None = None  # text: source file; tsv/jsonl: the one file
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    src_field: str = "src"  # jsonl/hub field names
+    tgt_field: str = "tgt"
+    hub_name: str | None = None
+    hub_config: str | None = None
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    max_tokens: int = 4096  # padded tokens of the larger side per batch
+    max_len: int = 128  # drop pairs longer than this (subword tokens) on either side
+    max_len_ratio: float = 3.0  # drop pairs whose length ratio exceeds this
+    num_proc: int | None = None  # datasets.map workers
+    num_workers: int = 0  # DataLoader workers
+    seed: int = 1
+    cache_dir: str = ".cache/seq2seq"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tokenizer, dict):
+            self.tokenizer = from_dict(TokenizerConfig, self.tokenizer, "DataConfig.tokenizer")
+        _check_literals(self)
+        _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc")
+
+
+@dataclass
+class OptimConfig:
+    """Adam + warmup schedule (the chapter's ``noam`` or fairseq's ``inverse_sqrt``)."""
+
+    schedule: Literal["noam", "inverse_sqrt", "constant"] = "inverse_sqrt"
+    lr: float = 5e-3  # peak lr (inverse_sqrt, constant); scale factor for noam
+    warmup_steps: int = 2000
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check_literals(self)
+        _positive(self, "lr", "eps")
+        _probability(self, "label_smoothing")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"OptimConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        self.betas = tuple(self.betas)  # YAML gives lists
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain dict (YAML/JSON/``weights_only``-safe)."""
+    out = dataclasses.asdict(cfg)
+    for key, value in out.items():
+        if isinstance(value, tuple):
+            out[key] = list(value)
+    return out
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str | None = None) -> Any:
+    """Build ``cls`` from a dict, refusing unknown keys by name."""
+    where = where or cls.__name__
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**data)

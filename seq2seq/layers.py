@@ -1,0 +1,239 @@
+"""Building blocks: multi-head attention, feed-forward, norms, the residual wrapper,
+positional encodings, and the encoder/decoder layers.
+
+Activations are ``(B, T, d_model)``; per-head tensors ``(B, H, T, d_k | d_v)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import attention, reference_attention
+from .config import ModelConfig
+
+
+# ---------------------------------------------------------------- norms + residual
+def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """The norm factory: ``layernorm`` (mean, variance, bias) or ``rmsnorm`` (scale only)."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d_model, eps=eps)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(d_model, eps=eps)
+    raise ValueError(f"norm: expected 'layernorm' or 'rmsnorm', got {kind!r}")
+
+
+class Residual(nn.Module):
+    """The one place that decides Post-LN vs Pre-LN.
+
+    post: ``norm(x + dropout(f(x)))`` (Vaswani et al. 2017)
+    pre:  ``x + dropout(f(norm(x)))`` (the stack then needs a final norm)
+
+    ``f`` returns ``(y, aux)``; ``aux`` (cache entries, attention weights) passes through.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre = cfg.norm_position == "pre"
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], tuple[Tensor, object]]):
+        if self.pre:
+            y, aux = f(self.norm(x))
+            return x + self.dropout(y), aux
+        y, aux = f(x)
+        return self.norm(x + self.dropout(y)), aux
+
+
+# ---------------------------------------------------------------- positions
+def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+    """``(n_positions, d_model)``: sin on even dims, cos on odd dims (Vaswani et al.)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).float() / d_model)
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE: rotate pairs of q/k channels by position-dependent angles (Su et al. 2021)."""
+
+    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        angles = torch.arange(max_positions).float()[:, None] * inv_freq[None, :]  # (P, d/2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """``x (B, H, T, d)`` at positions ``start .. start+T-1`` -> rotated, same shape."""
+        T = x.shape[2]
+        cos, sin = self.cos[start : start + T], self.sin[start : start + T]
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return rotated.flatten(-2)
+
+
+class Embedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model), plus absolute positions, then dropout."""
+
+    def __init__(self, vocab_size: int, cfg: ModelConfig, tokens: nn.Embedding | None = None):
+        super().__init__()
+        self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, cfg.d_model)
+        if tokens is None:
+            nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
+            with torch.no_grad():
+                self.tokens.weight[cfg.pad_id].zero_()
+        self.scale = math.sqrt(cfg.d_model)
+        self.max_positions = cfg.max_positions
+        self.kind = cfg.positional
+        if self.kind == "sinusoidal":
+            table = sinusoidal_table(cfg.max_positions, cfg.d_model)
+            self.register_buffer("positions", table, persistent=False)
+        elif self.kind == "learned":
+            self.positions = nn.Parameter(torch.randn(cfg.max_positions, cfg.d_model) * 0.02)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """``ids (B, T)`` at positions ``start..`` -> ``(B, T, d_model)``."""
+        T = ids.shape[1]
+        if start + T > self.max_positions:
+            raise ValueError(
+                f"sequence of {start + T} tokens exceeds model.max_positions={self.max_positions}"
+            )
+        x = self.tokens(ids) * self.scale
+        if self.kind != "rope":  # rope rotates q/k inside attention instead
+            x = x + self.positions[start : start + T]
+        return self.dropout(x)
+
+
+# ---------------------------------------------------------------- attention + FFN
+class MultiHeadAttention(nn.Module):
+    """h heads with independent ``d_k``/``d_v``; W^Q, W^K, W^V (fused as W^KV), then W^O.
+
+    Parameters: ``d_model * h * (2 d_k + d_v) + h d_v * d_model`` (+ biases), i.e.
+    ``4 d_model^2`` when ``d_k = d_v = d_model / h``, whatever h is.
+    """
+
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+        super().__init__()
+        self.h, self.d_k, self.d_v = cfg.n_heads, cfg.head_dim_k, cfg.head_dim_v
+        self.w_q = nn.Linear(cfg.d_model, self.h * self.d_k)
+        self.w_kv = nn.Linear(cfg.d_model, self.h * (self.d_k + self.d_v))  # K and V in one matmul
+        self.w_o = nn.Linear(self.h * self.d_v, cfg.d_model)
+        self.dropout_p = cfg.attention_dropout
+        self.rope = rope
+
+    def split_heads(self, x: Tensor, d: int) -> Tensor:
+        """``(B, T, h*d) -> (B, h, T, d)``."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.h, d).transpose(1, 2)
+
+    def project_kv(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
+        """Keys ``(B, H, S, d_k)`` and values ``(B, H, S, d_v)`` of ``x (B, S, d_model)``."""
+        k, v = self.w_kv(x).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+        k, v = self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
+        if self.rope is not None:
+            k = self.rope(k, start)
+        return k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        kv: tuple[Tensor, Tensor],
+        mask: Tensor | None,
+        start: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries from ``x (B, L, d_model)`` at positions ``start..`` attend over projected
+        ``kv = (K (B,H,S,d_k), V (B,H,S,d_v))``. Returns ``(B, L, d_model)`` and, on request,
+        weights ``(B, H, L, S)``."""
+        q = self.split_heads(self.w_q(x), self.d_k)
+        if self.rope is not None:
+            q = self.rope(q, start)
+        p = self.dropout_p if self.training else 0.0
+        if need_weights:
+            out, weights = reference_attention(q, *kv, mask, dropout_p=p)
+        else:
+            out, weights = attention(q, *kv, mask, dropout_p=p), None
+        B, _, L, _ = out.shape
+        return self.w_o(out.transpose(1, 2).reshape(B, L, self.h * self.d_v)), weights
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``W2 act(W1 x)`` with optional dropout after the activation."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.act = F.relu if cfg.activation == "relu" else F.gelu
+        self.dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(self.act(self.w1(x))))
+
+
+# ---------------------------------------------------------------- layers
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, rope)
+        self.ff = FeedForward(cfg)
+        self.attn_block, self.ff_block = Residual(cfg), Residual(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
+        """``x (B, S, d)``, ``mask (B, 1, 1, S)`` -> ``(B, S, d)``, self-attn weights or None."""
+
+        def self_attend(h: Tensor):
+            return self.self_attn(h, self.self_attn.project_kv(h), mask, need_weights=need_weights)
+
+        x, weights = self.attn_block(x, self_attend)
+        x, _ = self.ff_block(x, lambda h: (self.ff(h), None))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, rope)
+        self.cross_attn = MultiHeadAttention(cfg)  # no rope: source and target positions differ
+        self.ff = FeedForward(cfg)
+        self.self_block, self.cross_block, self.ff_block = Residual(cfg), Residual(cfg), Residual(cfg)
+
+    def forward(
+        self,
+        y: Tensor,
+        self_mask: Tensor | None,
+        cross_kv: tuple[Tensor, Tensor],
+        memory_mask: Tensor | None,
+        past_kv: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ):
+        """``y (B, L, d)`` new target positions; ``past_kv`` their predecessors' self-attn K/V
+        ``(B, H, P, d_k|d_v)``; ``cross_kv`` the memory's K/V ``(B, H, S, d_k|d_v)``.
+
+        Returns ``(B, L, d)``, this layer's self K/V over all ``P + L`` positions, and
+        ``(self_weights, cross_weights)`` (None unless ``need_weights``).
+        """
+        start = 0 if past_kv is None else past_kv[0].shape[2]
+
+        def self_attend(h: Tensor):
+            k, v = self.self_attn.project_kv(h, start)
+            if past_kv is not None:
+                k, v = torch.cat((past_kv[0], k), dim=2), torch.cat((past_kv[1], v), dim=2)
+            out, w = self.self_attn(h, (k, v), self_mask, start, need_weights)
+            return out, (k, v, w)
+
+        y, (k, v, self_w) = self.self_block(y, self_attend)
+        y, cross_w = self.cross_block(
+            y, lambda h: self.cross_attn(h, cross_kv, memory_mask, need_weights=need_weights)
+        )
+        y, _ = self.ff_block(y, lambda h: (self.ff(h), None))
+        return y, (k, v), (self_w, cross_w)

@@ -1,0 +1,176 @@
+"""Encoder, Decoder and Seq2Seq: a plain ``nn.Module`` (no loss, optimizer or Lightning).
+
+Shapes: source ids ``(B, S)``, target ids ``(B, L)``, memory ``(B, S, d_model)``,
+logits ``(B, L, V_tgt)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .attention import causal_mask, padding_mask
+from .cache import DecoderCache
+from .config import ModelConfig
+from .layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding, make_norm
+
+
+@dataclass
+class Attentions:
+    """Attention weights per layer, each ``(B, H, L, S)``, for plots and inspection."""
+
+    encoder_self: list[Tensor]
+    decoder_self: list[Tensor]
+    decoder_cross: list[Tensor]
+
+
+def _final_norm(cfg: ModelConfig) -> nn.Module:
+    # Pre-LN leaves the residual stream un-normalized: the stack must end with a norm.
+    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_position == "pre" else nn.Identity()
+
+
+def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
+    return RotaryEmbedding(cfg.head_dim_k, cfg.max_positions) if cfg.positional == "rope" else None
+
+
+class Encoder(nn.Module):
+    """Stack of self-attention layers over embedded source ``(B, S, d)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        rope = _rope(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg, rope) for _ in range(cfg.encoder_layers))
+        self.final_norm = _final_norm(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None, weights: list | None = None) -> Tensor:
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights=weights is not None)
+            if weights is not None:
+                weights.append(w)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    """Stack of causal self-attention + cross-attention layers over embedded target."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        rope = _rope(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, rope) for _ in range(cfg.decoder_layers))
+        self.final_norm = _final_norm(cfg)
+
+    def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each layer's cross-attention K/V of ``memory (B, S, d)``: computed once per source."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.layers]
+
+    def forward(
+        self,
+        y: Tensor,
+        self_mask: Tensor | None,
+        cross_kv: list,
+        memory_mask: Tensor | None,
+        past: list | None = None,
+        weights: Attentions | None = None,
+    ) -> tuple[Tensor, list]:
+        """``y (B, L, d)`` -> ``(B, L, d)`` and each layer's self K/V over ``P + L`` positions."""
+        new_kv = []
+        for i, layer in enumerate(self.layers):
+            y, kv, (self_w, cross_w) = layer(
+                y, self_mask, cross_kv[i], memory_mask,
+                None if past is None else past[i], need_weights=weights is not None,
+            )
+            new_kv.append(kv)
+            if weights is not None:
+                weights.decoder_self.append(self_w)
+                weights.decoder_cross.append(cross_w)
+        return self.final_norm(y), new_kv
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer with ``encode`` and ``decode`` (the annotated-transformer API)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = Embedding(cfg.src_vocab_size, cfg)
+        shared = self.src_embed.tokens if cfg.share_embeddings else None
+        self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg, tokens=shared)
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        if cfg.tie_output:
+            self.output.weight = self.tgt_embed.tokens.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and "tokens" not in name and "positions" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    # ------------------------------------------------------------ masks
+    def source_mask(self, src: Tensor) -> Tensor:
+        """``(B, 1, 1, S)``: True on real source tokens."""
+        return padding_mask(src, self.cfg.pad_id)
+
+    # ------------------------------------------------------------ API
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, weights: list | None = None) -> Tensor:
+        """``src (B, S)`` -> memory ``(B, S, d_model)``."""
+        if src_mask is None:
+            src_mask = self.source_mask(src)
+        return self.encoder(self.src_embed(src), src_mask, weights)
+
+    def init_cache(self, memory: Tensor, memory_mask: Tensor | None) -> DecoderCache:
+        """A fresh cache holding each layer's cross-attention K/V of ``memory``."""
+        return DecoderCache(self.decoder.cross_kv(memory), memory_mask)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+        weights: Attentions | None = None,
+    ) -> tuple[Tensor, DecoderCache | None]:
+        """Target logits ``(B, L, V)``.
+
+        Without a cache, ``tgt (B, L)`` is the whole prefix and nothing is kept (returns
+        ``None``). With one, ``tgt`` holds only the L new positions after the cache's P,
+        ``memory`` may be None (its K/V are in the cache), and the extended cache is
+        returned. Both give the same logits for the same positions.
+        """
+        if cache is None:
+            cross_kv, past, start = self.decoder.cross_kv(memory), None, 0
+        else:
+            cross_kv, past, start = cache.cross_kv, cache.self_kv, cache.length
+            memory_mask = cache.memory_mask
+        L = tgt.shape[1]
+        # New queries are the last L of P+L keys: bottom-right causal. One new query sees all.
+        self_mask = None if L == 1 else causal_mask(L, start + L, device=tgt.device)
+        y = self.tgt_embed(tgt, start)
+        y, new_kv = self.decoder(y, self_mask, cross_kv, memory_mask, past, weights)
+        logits = self.output(y)
+        return logits, (None if cache is None else cache.with_self_kv(new_kv))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: ``src (B, S)``, ``tgt_in (B, L)`` -> logits ``(B, L, V)``.
+
+        Right-padded targets need no key-padding mask: causality already hides every pad
+        from every real position.
+        """
+        src_mask = self.source_mask(src)
+        memory = self.encode(src, src_mask)
+        logits, _ = self.decode(tgt_in, memory, src_mask)
+        return logits
+
+    @torch.no_grad()
+    def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:
+        """All attention weights for one teacher-forced pass (reference path)."""
+        weights = Attentions([], [], [])
+        src_mask = self.source_mask(src)
+        memory = self.encode(src, src_mask, weights.encoder_self)
+        self.decode(tgt_in, memory, src_mask, weights=weights)
+        return weights
