@@ -74,13 +74,14 @@ def _check(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor | Non
         return None
     if mask.dtype != torch.bool:
         raise ValueError(f"attention: mask must be boolean (True = may attend), got {mask.dtype}")
+    given = tuple(mask.shape)  # report the caller's shape, not the unsqueezed one
     if mask.dim() == 2:
         mask = mask[None, None]
     full = (B, H, L, S)
     if mask.dim() != 4 or any(m not in (1, f) for m, f in zip(mask.shape, full)):
         raise ValueError(
             f"attention: expected a mask of shape (L, S) = ({L}, {S}) or broadcastable as "
-            f"(B|1, H|1, L|1, S|1) to (B, H, L, S) = {full}, got {tuple(mask.shape)}"
+            f"(B|1, H|1, L|1, S|1) to (B, H, L, S) = {full}, got {given}"
         )
     return mask
 

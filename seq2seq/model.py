@@ -142,6 +142,11 @@ class Seq2Seq(nn.Module):
         ``memory`` may be None (its K/V are in the cache), and the extended cache is
         returned. Both give the same logits for the same positions.
         """
+        hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
+        return self.output(hidden), cache
+
+    def decode_hidden(self, tgt, memory, memory_mask, cache=None, weights=None):
+        """:meth:`decode` before the output projection: ``(B, L, d_model)`` and the cache."""
         if cache is None:
             cross_kv, past, start = self.decoder.cross_kv(memory), None, 0
         else:
@@ -152,19 +157,20 @@ class Seq2Seq(nn.Module):
         self_mask = None if L == 1 else causal_mask(L, start + L, device=tgt.device)
         y = self.tgt_embed(tgt, start)
         y, new_kv = self.decoder(y, self_mask, cross_kv, memory_mask, past, weights)
-        logits = self.output(y)
-        return logits, (None if cache is None else cache.with_self_kv(new_kv))
+        return y, (None if cache is None else cache.with_self_kv(new_kv))
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher forcing: ``src (B, S)``, ``tgt_in (B, L)`` -> logits ``(B, L, V)``.
 
+        ``keep (B, L)`` (bool) projects only those positions and returns ``(N, V)``: training
+        passes the non-pad targets, skipping the vocabulary matmul and softmax on padding.
         Right-padded targets need no key-padding mask: causality already hides every pad
         from every real position.
         """
         src_mask = self.source_mask(src)
         memory = self.encode(src, src_mask)
-        logits, _ = self.decode(tgt_in, memory, src_mask)
-        return logits
+        y, _ = self.decode_hidden(tgt_in, memory, src_mask)
+        return self.output(y if keep is None else y[keep])
 
     @torch.no_grad()
     def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:
