@@ -146,10 +146,16 @@ class TokenizerConfig:
     character_coverage: float = 1.0
     joint: bool = True  # one model for source and target
     input_sentence_size: int = 2_000_000  # sentences sampled by the trainer
+    normalization: Literal["nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"] = "nmt_nfkc"
+    byte_fallback: bool = False  # unseen characters -> byte pieces instead of <unk>
+    seed: int = 1  # sentence sampling, when the corpus exceeds input_sentence_size
+    # Fixed rather than os.cpu_count(): the thread count changes unigram models and is
+    # written into every model, so it must not vary between machines.
+    num_threads: int = 8
 
     def __post_init__(self) -> None:
         _check_literals(self)
-        _positive(self, "vocab_size", "input_sentence_size")
+        _positive(self, "vocab_size", "input_sentence_size", "num_threads")
         if not 0.0 < self.character_coverage <= 1.0:
             raise ConfigError(
                 f"TokenizerConfig.character_coverage must be in (0, 1], got {self.character_coverage}"
@@ -158,7 +164,12 @@ class TokenizerConfig:
 
 @dataclass
 class DataConfig:
-    """Where the parallel text comes from and how it is batched."""
+    """Where the parallel text comes from and how it is batched.
+
+    ``corpus="multi30k"`` reads ``{data_dir}/{split}.{lang}.gz``; ``corpus=None`` reads the
+    explicit files (``format`` text: one file per side; tsv/jsonl: one file per split) or,
+    with ``format="hub"``, ``datasets.load_dataset(hub_name, hub_config, split=...)``.
+    """
 
     corpus: str | None = "multi30k"  # named corpus; None = use the explicit files below
     data_dir: str = "data/multi30k"
@@ -171,14 +182,14 @@ class DataConfig:
     train_tgt: str | None = None
     valid_src: str | None = None
     valid_tgt: str | None = None
-    src_field: str = "src"  # jsonl/hub field names
+    src_field: str = "src"  # jsonl/hub field names; "a.b" reaches into nested records
     tgt_field: str = "tgt"
     hub_name: str | None = None
     hub_config: str | None = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    max_tokens: int = 4096  # padded tokens of the larger side per batch
-    max_len: int = 128  # drop pairs longer than this (subword tokens) on either side
-    max_len_ratio: float = 3.0  # drop pairs whose length ratio exceeds this
+    max_tokens: int = 4096  # padded tokens of the larger side per batch (incl. bos/eos)
+    max_len: int = 128  # drop pairs longer than this on either side (subwords incl. bos/eos)
+    max_len_ratio: float = 3.0  # drop training pairs whose length ratio exceeds this
     num_proc: int | None = None  # datasets.map workers
     num_workers: int = 0  # DataLoader workers
     seed: int = 1
@@ -189,6 +200,42 @@ class DataConfig:
             self.tokenizer = from_dict(TokenizerConfig, self.tokenizer, "DataConfig.tokenizer")
         _check_literals(self)
         _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc")
+        if self.corpus not in (None, "multi30k"):
+            raise ConfigError(
+                f"DataConfig.corpus: {self.corpus!r} is not one of ['multi30k', None]"
+            )
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError(f"DataConfig.src_lang and tgt_lang are both {self.src_lang!r}")
+        if self.max_len < 2:
+            raise ConfigError(
+                f"DataConfig.max_len must be >= 2 (bos/eos count), got {self.max_len}"
+            )
+        if self.max_len_ratio < 1.0:
+            raise ConfigError(f"DataConfig.max_len_ratio must be >= 1, got {self.max_len_ratio}")
+        if self.num_workers < 0:
+            raise ConfigError(f"DataConfig.num_workers must be >= 0, got {self.num_workers}")
+        self._check_sources()
+
+    def _check_sources(self) -> None:
+        """The fields the chosen source needs must be set."""
+        if self.corpus is not None:
+            if self.format != "text":
+                raise ConfigError(
+                    f"DataConfig.format must be 'text' with corpus={self.corpus!r}, "
+                    f"got {self.format!r}"
+                )
+            return
+        needed = {
+            "text": ["train_src", "train_tgt", "valid_src", "valid_tgt"],
+            "tsv": ["train_src", "valid_src"],
+            "jsonl": ["train_src", "valid_src"],
+            "hub": ["hub_name"],
+        }[self.format]
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ConfigError(
+                f"DataConfig.{missing[0]} must be set for corpus=None, format={self.format!r}"
+            )
 
 
 @dataclass
@@ -198,6 +245,7 @@ class OptimConfig:
     schedule: Literal["noam", "inverse_sqrt", "constant"] = "inverse_sqrt"
     lr: float = 5e-3  # peak lr (inverse_sqrt, constant); scale factor for noam
     warmup_steps: int = 2000
+    decay_start: int | None = None  # inverse_sqrt decays as sqrt(decay_start / s); None = warmup_steps
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     weight_decay: float = 0.0

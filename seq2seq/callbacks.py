@@ -1,0 +1,75 @@
+"""Lightning plug-ins of our own: atomic, ``weights_only`` checkpoint I/O and training curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from .checkpoint import load_checkpoint, save_atomic
+
+
+def batch_sentences(batch) -> int:
+    return len(batch)
+
+
+def batch_target_tokens(batch) -> int:
+    """For ``ThroughputMonitor``: its ``items_per_sec`` is then target tokens per second."""
+    return int(batch.n_tgt_tokens)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes through a temporary file + rename (never a half-written ``last.ckpt``) and
+    reads with ``torch.load(weights_only=True)`` (no arbitrary unpickling)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        save_atomic(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
+        return load_checkpoint(path)
+
+
+class TrainingCurves(L.Callback):
+    """Records loss, learning rate and validation metrics; at the end of fit writes
+    ``curves.json`` and ``curves.png`` next to the logs.
+
+    Args:
+        every_n_steps: record the training loss and lr every N optimizer steps.
+    """
+
+    def __init__(self, every_n_steps: int = 50):
+        self.every_n_steps = every_n_steps
+        self.history: dict[str, list] = {"train": [], "val": []}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % self.every_n_steps or not isinstance(outputs, dict):
+            return
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        self.history["train"].append({"step": step, "loss": float(outputs["loss"]), "lr": lr})
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        # after the module's on_validation_epoch_end has logged BLEU
+        if trainer.sanity_checking:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+        self.history["val"].append({"step": trainer.global_step, **metrics})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": json.dumps(self.history)}  # a string: weights_only-safe
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = json.loads(state_dict["history"])
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        out = Path(trainer.log_dir or trainer.default_root_dir)  # a collective: every rank asks
+        if not trainer.is_global_zero:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "curves.json").write_text(json.dumps(self.history, indent=1))
+        from .plotting import plot_training_curves
+
+        plot_training_curves(self.history, out / "curves.png")

@@ -1,0 +1,51 @@
+"""``seq2seq-export``: convert a checkpoint for a peer runtime.
+
+    seq2seq-export -c best.ckpt --to ctranslate2 --output ct2/ [--quantization int8]
+    seq2seq-export -c best.ckpt --to hf-marian --output marian/
+
+ctranslate2: a CTranslate2 model folder (vocabulary = the SentencePiece pieces; the decoder
+starts from <s>). hf-marian: ``MarianMTModel.save_pretrained`` files plus the SentencePiece
+models (source.spm, target.spm) and vocab.json. Options a format cannot represent (e.g.
+Pre-LN for hf-marian) are refused by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..export import FORMATS
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="seq2seq-export", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--checkpoint", required=True, help="checkpoint file (.ckpt)")
+    ap.add_argument("--to", required=True, choices=FORMATS, help="target format")
+    ap.add_argument("-o", "--output", required=True, help="output folder (created)")
+    ap.add_argument("--quantization", choices=("int8", "int16", "float16"),
+                    help="ctranslate2 weight type (default float32)")
+    ap.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    args = ap.parse_args(argv)
+    if args.quantization and args.to != "ctranslate2":
+        ap.error("--quantization is only supported with --to ctranslate2")
+    try:
+        from ..export import export
+
+        out = export(args.checkpoint, args.to, args.output, args.quantization,
+                     overwrite=args.force)
+    except ImportError as e:
+        package = "ctranslate2" if args.to == "ctranslate2" else "transformers"
+        print(f"seq2seq-export: error: {package} is needed for --to {args.to} "
+              f"(pip install 'seq2seq[bench]'): {e}", file=sys.stderr)
+        sys.exit(2)
+    except (ValueError, OSError) as e:  # CheckpointError is a ValueError
+        message = " ".join(str(e).split())  # one line
+        print(f"seq2seq-export: error: {message}", file=sys.stderr)
+        sys.exit(2)
+    print(f"exported {args.checkpoint} -> {out} ({args.to}"
+          f"{', ' + args.quantization if args.quantization else ''})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The LightningModule: loss, optimizer + warmup, validation BLEU, checkpoint contents.
+
+Everything around it (Trainer, precision, clipping, accumulation, DDP, checkpoint
+callbacks, early stopping) is Lightning's own; see ``seq2seq/cli/train.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import FORMAT, CheckpointError
+from .config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
+from .metrics import bleu, chrf
+from .model import Seq2Seq
+
+
+def lr_lambda(optim: OptimConfig, d_model: int):
+    """Multiplier of ``optim.lr`` at optimizer step ``s`` (0-based; we use s + 1).
+
+    noam (the chapter): ``d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)``, scaled by ``lr``.
+    inverse_sqrt (fairseq): linear warmup to ``lr``, then ``lr * sqrt(decay_start / s)``.
+    constant: linear warmup to ``lr``, then flat.
+    """
+    w = optim.warmup_steps
+    decay_start = optim.decay_start if optim.decay_start is not None else max(w, 1)
+
+    def noam(step: int) -> float:
+        s = step + 1
+        return d_model**-0.5 * min(s**-0.5, s * max(w, 1) ** -1.5)
+
+    def warmup(step: int) -> float:
+        s = step + 1
+        return min(1.0, s / w) if w > 0 else 1.0
+
+    def inverse_sqrt(step: int) -> float:
+        s = step + 1
+        return warmup(step) * min(1.0, math.sqrt(decay_start / s))
+
+    return {"noam": noam, "inverse_sqrt": inverse_sqrt, "constant": warmup}[optim.schedule]
+
+
+class Seq2SeqModule(L.LightningModule):
+    """Trains a :class:`Seq2Seq`.
+
+    Args:
+        arch: model architecture (vocabulary sizes and special ids are taken from the
+            data module's tokenizer when training starts).
+        optim: optimizer, schedule and label smoothing.
+        val_bleu: decode the validation set greedily each epoch and log BLEU + chrF.
+        val_bleu_max_sentences: decode only the first N validation sentences (None = all).
+    """
+
+    def __init__(
+        self,
+        arch: ModelConfig | None = None,
+        optim: OptimConfig | None = None,
+        val_bleu: bool = True,
+        val_bleu_max_sentences: int | None = None,
+    ):
+        super().__init__()
+        self.arch = arch or ModelConfig()
+        self.optim = optim or OptimConfig()
+        self.val_bleu = val_bleu
+        self.val_bleu_max_sentences = val_bleu_max_sentences
+        self.model: Seq2Seq | None = None
+        self.tokenizers = None  # TokenizerPair, from the data module or a checkpoint
+        self.langs: tuple[str, str] | None = None
+        self._rng_to_restore: torch.Tensor | None = None
+
+    # ------------------------------------------------------------ model
+    def configure_model(self) -> None:
+        """Build the network once the tokenizer (hence the vocabulary) is known."""
+        if self.model is not None:
+            return
+        dm = self.trainer.datamodule
+        self.tokenizers = dm.tokenizers
+        self.langs = (dm.config.src_lang, dm.config.tgt_lang)
+        src, tgt = self.tokenizers.src, self.tokenizers.tgt
+        self.arch = replace(
+            self.arch,
+            src_vocab_size=src.vocab_size,
+            tgt_vocab_size=tgt.vocab_size,
+            share_embeddings=self.arch.share_embeddings and src is tgt,
+            pad_id=tgt.pad_id,
+            bos_id=tgt.bos_id,
+            eos_id=tgt.eos_id,
+        )
+        self.model = Seq2Seq(self.arch)
+
+    # ------------------------------------------------------------ loss
+    def loss(self, batch) -> tuple[torch.Tensor, int]:
+        """Label-smoothed cross-entropy per target token (padding ignored)."""
+        keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
+        logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
+        n_tokens = logits.shape[0]
+        loss = F.cross_entropy(
+            logits.float(),
+            batch.tgt_out[keep],
+            label_smoothing=self.optim.label_smoothing,
+            reduction="sum",
+        )
+        return loss / max(n_tokens, 1), n_tokens
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss, n_tokens = self.loss(batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite training loss ({loss.item()}) at step {self.global_step}, "
+                f"batch {batch_idx}: stopping (lower optim.lr, raise warmup_steps, or clip gradients)"
+            )
+        self.log("train_loss", loss, prog_bar=True, batch_size=n_tokens)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        loss, n_tokens = self.loss(batch)
+        self.log("val_loss", loss, prog_bar=True, sync_dist=True, batch_size=n_tokens)
+        self.log("val_ppl", torch.exp(loss), sync_dist=True, batch_size=n_tokens)
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.val_bleu or self.trainer.sanity_checking:
+            return
+        from .translate import Translator  # decoding lives outside training
+
+        dm = self.trainer.datamodule
+        n = self.val_bleu_max_sentences
+        srcs, refs = dm.val_src_texts[:n], dm.val_ref_texts[:n]
+        hyps = Translator(self.model, self.tokenizers, DecodingConfig(method="greedy"), self.device).translate(srcs)
+        self.log("val_bleu", bleu(hyps, refs).score, prog_bar=True, sync_dist=True)
+        self.log("val_chrf", chrf(hyps, refs).score, sync_dist=True)
+
+    # ------------------------------------------------------------ optimizer
+    def configure_optimizers(self):
+        o = self.optim
+        opt = torch.optim.Adam(
+            self.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o, self.arch.d_model))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Make every checkpoint self-contained (config + tokenizers) and exactly resumable (RNG)."""
+        checkpoint["seq2seq"] = {
+            "format": FORMAT,
+            "model_config": to_dict(self.arch),
+            "tokenizers": self.tokenizers.to_state(),
+            "src_lang": self.langs[0],
+            "tgt_lang": self.langs[1],
+        }
+        checkpoint["rng"] = {"torch": torch.get_rng_state()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        meta = checkpoint.get("seq2seq")
+        if meta is None:
+            raise CheckpointError("checkpoint has no 'seq2seq' metadata: not written by seq2seq")
+        saved = from_dict(ModelConfig, meta["model_config"], "checkpoint model_config")
+        if self.model is not None and saved != self.arch:
+            raise CheckpointError(
+                "checkpoint model_config differs from the configured model; "
+                f"checkpoint: {to_dict(saved)}"
+            )
+        if "rng" in checkpoint:
+            self._rng_to_restore = checkpoint["rng"]["torch"]
+
+    def on_train_start(self) -> None:
+        """On resume: restore the RNG and skip the batches this epoch already consumed."""
+        if self._rng_to_restore is not None:
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        # ``ready`` counts the batches this epoch handed to training_step before the save
+        # (``completed`` lags by one when the save happened in on_train_batch_end).
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        sampler = getattr(self.trainer.train_dataloader, "batch_sampler", None)
+        if hasattr(sampler, "start_batch") and 0 < done < len(sampler):
+            sampler.start_batch = done

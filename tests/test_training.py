@@ -1,0 +1,204 @@
+"""Training: schedules, exact resume, self-contained checkpoints, DDP on CPU, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from seq2seq.callbacks import AtomicCheckpointIO
+from seq2seq.checkpoint import CheckpointError, average, build_model, load_checkpoint
+from seq2seq.config import DataConfig, ModelConfig, OptimConfig, TokenizerConfig
+from seq2seq.data import Seq2SeqDataModule
+from seq2seq.training import Seq2SeqModule, lr_lambda
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+# ---------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> dict[str, str]:
+    """The first 1,500 training and 60 validation pairs of Multi30k de-en, as plain text."""
+    out = tmp_path_factory.mktemp("corpus")
+    files = {}
+    for split, n in (("train", 1500), ("val", 60)):
+        for lang in ("de", "en"):
+            with gzip.open(ROOT / f"data/multi30k/{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            path = out / f"{split}.{lang}"
+            path.write_text("".join(lines), encoding="utf-8")
+            files[f"{split}_{lang}"] = str(path)
+    files["cache"] = str(out / "cache")
+    return files
+
+
+def data_config(c: dict[str, str], **kw) -> DataConfig:
+    return DataConfig(
+        corpus=None, train_src=c["train_de"], train_tgt=c["train_en"], valid_src=c["val_de"],
+        valid_tgt=c["val_en"], tokenizer=TokenizerConfig(vocab_size=400), max_tokens=400,
+        cache_dir=c["cache"], **kw,
+    )
+
+
+SMALL = ModelConfig(d_model=32, n_heads=2, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.3, max_positions=256)
+
+
+class LossRecorder(L.Callback):
+    def __init__(self):
+        self.losses: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses[trainer.global_step] = float(outputs["loss"])
+
+
+def fit(corpus, root: Path, max_steps: int, ckpt_path=None, every=None, module_kw=None, callbacks=()):
+    L.seed_everything(1, verbose=False)
+    recorder = LossRecorder()
+    cbs = [recorder, *callbacks]
+    if every:
+        cbs.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=root, every_n_train_steps=every, save_top_k=-1, save_last=True))
+    trainer = L.Trainer(
+        max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
+        plugins=[AtomicCheckpointIO()], callbacks=cbs, default_root_dir=root,
+        enable_checkpointing=bool(every),
+    )
+    module = Seq2SeqModule(SMALL, OptimConfig(lr=2e-3, warmup_steps=10), **(module_kw or {}))
+    trainer.fit(module, datamodule=Seq2SeqDataModule(data_config(corpus)), ckpt_path=ckpt_path)
+    return recorder.losses, trainer, module
+
+
+# ---------------------------------------------------------------- schedules
+def test_noam_is_the_chapters_formula():
+    f = lr_lambda(OptimConfig(schedule="noam", lr=1.0, warmup_steps=4000), d_model=512)
+    for s in (1, 100, 4000, 4001, 20000):
+        assert f(s - 1) == pytest.approx(512**-0.5 * min(s**-0.5, s * 4000**-1.5))
+    peak = max(range(1, 10000), key=lambda s: f(s - 1))
+    assert peak == 4000
+
+
+def test_inverse_sqrt_warms_up_linearly_to_the_peak_then_decays():
+    f = lr_lambda(OptimConfig(schedule="inverse_sqrt", warmup_steps=100), d_model=128)
+    assert f(49) == pytest.approx(0.5) and f(99) == pytest.approx(1.0)
+    assert f(399) == pytest.approx(math.sqrt(100 / 400))
+    g = lr_lambda(OptimConfig(schedule="inverse_sqrt", warmup_steps=0, decay_start=100), d_model=128)
+    assert g(0) == 1.0 and g(99) == 1.0 and g(399) == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- resume
+def test_interrupted_and_resumed_equals_uninterrupted(small_corpus, tmp_path):
+    full, trainer, _ = fit(small_corpus, tmp_path / "a", max_steps=30)
+    # the 1,500 pairs make ~50 batches: step 14 is mid-epoch
+    assert trainer.num_training_batches > 30
+    first, _, _ = fit(small_corpus, tmp_path / "b", max_steps=14, every=14)
+    ckpt = tmp_path / "b" / "last.ckpt"
+    assert ckpt.is_file()
+    resumed, _, _ = fit(small_corpus, tmp_path / "c", max_steps=30, ckpt_path=ckpt)
+    assert sorted(resumed) == list(range(15, 31))
+    for step in range(1, 15):
+        assert first[step] == pytest.approx(full[step], abs=1e-6)
+    for step in range(15, 31):
+        assert resumed[step] == pytest.approx(full[step], abs=1e-6), f"step {step}"
+
+
+def test_checkpoint_is_self_contained_and_loads_weights_only(small_corpus, tmp_path):
+    _, _, module = fit(small_corpus, tmp_path, max_steps=4, every=4)
+    path = tmp_path / "last.ckpt"
+    ckpt = torch.load(path, weights_only=True)  # no arbitrary unpickling needed
+    meta = ckpt["seq2seq"]
+    assert meta["src_lang"] == "de" and meta["tgt_lang"] == "en"
+    assert meta["model_config"]["src_vocab_size"] == 400
+    assert set(meta["tokenizers"]) == {"src", "tgt"}
+    model = build_model(load_checkpoint(path))
+    src = torch.tensor([[5, 6, 7, 3]])
+    module.model.eval()
+    torch.testing.assert_close(model(src, torch.tensor([[2, 9]])), module.model(src, torch.tensor([[2, 9]])))
+    # no leftover temporary files from the atomic writes
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_average_of_identical_checkpoints_is_the_same_model(small_corpus, tmp_path):
+    fit(small_corpus, tmp_path, max_steps=4, every=2)
+    a, b = tmp_path / "epoch=0-step=2.ckpt", tmp_path / "epoch=0-step=4.ckpt"
+    average([b, b], tmp_path / "same.ckpt")
+    out = average([a, b], tmp_path / "avg.ckpt")
+    same = load_checkpoint(tmp_path / "same.ckpt")["state_dict"]
+    wa, wb = load_checkpoint(a)["state_dict"], load_checkpoint(b)["state_dict"]
+    for key, value in wb.items():
+        torch.testing.assert_close(same[key], value)
+        torch.testing.assert_close(out["state_dict"][key], (wa[key] + value) / 2)
+    assert build_model(load_checkpoint(tmp_path / "avg.ckpt")) is not None
+
+
+# ---------------------------------------------------------------- bad input
+def test_non_finite_loss_stops_naming_the_step(small_corpus, tmp_path):
+    class Poison(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 3:
+                with torch.no_grad():
+                    pl_module.model.output.weight.fill_(float("nan"))
+
+    with pytest.raises(FloatingPointError, match="at step 3"):
+        fit(small_corpus, tmp_path, max_steps=10, callbacks=[Poison()])
+
+
+def test_truncated_checkpoint_gives_one_line_error(small_corpus, tmp_path):
+    fit(small_corpus, tmp_path, max_steps=2, every=2)
+    data = (tmp_path / "last.ckpt").read_bytes()
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(bad)
+    assert "bad.ckpt" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli.train", *args], capture_output=True, text=True,
+        timeout=timeout, cwd=ROOT, env=env,
+    )
+
+
+def cli_data_args(c: dict[str, str]) -> list[str]:
+    return [
+        "--data.data.corpus", "null", "--data.data.train_src", c["train_de"], "--data.data.train_tgt", c["train_en"],
+        "--data.data.valid_src", c["val_de"], "--data.data.valid_tgt", c["val_en"],
+        "--data.data.cache_dir", c["cache"], "--data.data.tokenizer.vocab_size", "400",
+    ]
+
+
+def test_unknown_config_key_is_named():
+    res = run_cli("fit", "--config", "configs/smoke.yaml", "--model.arch.d_modle", "64")
+    assert res.returncode != 0 and "d_modle" in res.stderr
+
+
+def test_invalid_config_value_is_named():
+    res = run_cli("fit", "--config", "configs/smoke.yaml", "--model.arch.norm_position", "middle")
+    assert res.returncode != 0 and "norm_position" in res.stderr
+
+
+@pytest.mark.slow
+def test_cli_trains_with_ddp_on_two_cpu_processes(small_corpus, tmp_path):
+    res = run_cli(
+        "fit", "--config", "configs/smoke.yaml", *cli_data_args(small_corpus),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+        "--trainer.max_steps", "6", "--trainer.val_check_interval", "6",
+        "--trainer.default_root_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "ckpt"),
+        "--model.val_bleu_max_sentences", "10",
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "world_size: 2" in res.stderr + res.stdout or "distributed_backend=gloo" in res.stderr + res.stdout
+    ckpt = load_checkpoint(tmp_path / "ckpt" / "last.ckpt")
+    assert ckpt["global_step"] == 6
+    assert (tmp_path / "lightning_logs" / "version_0" / "curves.png").stat().st_size > 1000
