@@ -34,6 +34,12 @@ class Seq2SeqCLI(LightningCLI):
         )
         parser.add_lightning_class_args(TrainingCurves, "curves")
 
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        # atomic writes + weights_only reads for every checkpoint the Trainer touches
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
 
 def main(args: list[str] | None = None) -> None:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # hub corpora still work when online
@@ -46,7 +52,6 @@ def main(args: list[str] | None = None) -> None:
         trainer_defaults={
             # our token-budget sampler shards itself per rank; Lightning must not replace it
             "use_distributed_sampler": False,
-            "plugins": [AtomicCheckpointIO()],
             "callbacks": [
                 LearningRateMonitor(logging_interval="step"),
                 ThroughputMonitor(batch_sentences, batch_target_tokens, window_size=20),  # items_per_sec = tgt tok/s
