@@ -1,0 +1,6 @@
+"""Translate with a checkpoint: ``python scripts/translate.py -c run.ckpt < src > hyp``."""
+
+from seq2seq.cli.translate import main
+
+if __name__ == "__main__":
+    main()

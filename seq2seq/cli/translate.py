@@ -1,0 +1,185 @@
+"""``seq2seq-translate``: translate lines with a checkpoint, one output line per input line.
+
+    seq2seq-translate -c run.ckpt < src.de > hyp.en
+    seq2seq-translate -c run.ckpt --beam 5 --nbest 3 --output-format jsonl "Ein Hund rennt."
+    seq2seq-translate -c run.ckpt --input src.de --plot-attention attn.png
+
+Input: positional arguments (one sentence each), ``--input FILE``, or stdin, read in chunks
+and flushed per chunk (streaming). Blank lines give blank output lines. Decoding defaults
+come from ``DecodingConfig``; flags only override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from itertools import islice
+
+from ..checkpoint import CheckpointError
+from ..config import DecodingConfig
+
+CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
+PROG = "seq2seq-translate"
+
+# flag dest -> DecodingConfig field (method and beam_size are derived from --beam/--sample)
+_FIELDS = {
+    "nbest": "nbest",
+    "lenpen": "alpha",
+    "length_penalty": "length_penalty",
+    "max_len_a": "max_len_a",
+    "max_len_b": "max_len_b",
+    "min_len": "min_len",
+    "temperature": "temperature",
+    "topk": "top_k",
+    "topp": "top_p",
+    "seed": "seed",
+    "batch_tokens": "batch_tokens",
+}
+
+
+def add_decoding_args(ap: argparse.ArgumentParser) -> None:
+    """Decoding flags (shared with ``seq2seq-evaluate``); every default is None = the
+    ``DecodingConfig`` default, so defaults live in one place."""
+    d = DecodingConfig()
+    g = ap.add_argument_group("decoding (defaults from DecodingConfig)")
+    g.add_argument("--beam", type=int, metavar="K", help=f"beam size; K > 1 = beam search, 1 = greedy (default: {d.method})")
+    g.add_argument("--nbest", type=int, help=f"hypotheses per sentence (beam/sample; default {d.nbest})")
+    g.add_argument("--lenpen", type=float, metavar="ALPHA", help=f"GNMT length-penalty alpha (default {d.alpha})")
+    g.add_argument("--length-penalty", choices=["gnmt", "average", "none"], help=f"normalization (default {d.length_penalty})")
+    g.add_argument("--max-len-a", type=float, help=f"max length = a*|src| + b (default a={d.max_len_a})")
+    g.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
+    g.add_argument("--min-len", type=int, help=f"no EOS before this many tokens (default {d.min_len})")
+    g.add_argument("--sample", action="store_true", help="sample instead of searching")
+    g.add_argument("--temperature", type=float, help=f"sampling temperature (default {d.temperature})")
+    g.add_argument("--topk", type=int, help=f"sample from the k most likely (0 = off, default {d.top_k})")
+    g.add_argument("--topp", type=float, help=f"nucleus sampling mass (1 = off, default {d.top_p})")
+    g.add_argument("--seed", type=int, help="sampling seed")
+    g.add_argument("--batch-tokens", type=int, help=f"source tokens per batch (default {d.batch_tokens})")
+    g.add_argument("--device", default="cpu", help="torch device (default cpu)")
+
+
+def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
+    """``DecodingConfig`` defaults overridden by the flags given (ConfigError is a ValueError)."""
+    d = DecodingConfig()
+    over = {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}
+    if getattr(args, "sample", False):
+        if args.beam is not None and args.beam > 1:
+            raise ValueError("--sample and --beam K>1 exclude each other")
+        over["method"] = "sample"
+    elif args.beam is not None:
+        over["method"] = "beam" if args.beam > 1 else "greedy"
+        over["beam_size"] = args.beam if args.beam > 1 else d.beam_size
+    method = over.get("method", d.method)
+    if over.get("nbest", 1) > 1 and method == "greedy":
+        raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")
+    return dataclasses.replace(d, **over)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--checkpoint", required=True, help="checkpoint file (.ckpt)")
+    ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
+    ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
+    ap.add_argument("--output-format", choices=["text", "jsonl"], default="text")
+    ap.add_argument("--plot-attention", metavar="FILE.png",
+                    help="heat-maps of the first non-blank input sentence's attention")
+    add_decoding_args(ap)
+    return ap
+
+
+# ------------------------------------------------------------ input / output
+def _lines(stream: Iterable[str]) -> Iterator[str]:
+    """Lines without their terminator; only ``\\n`` ends a line (a stray ``\\r`` or other
+    Unicode line break inside a line stays part of it, so line counts match ``wc -l``)."""
+    for line in stream:
+        yield line[:-1].removesuffix("\r") if line.endswith("\n") else line
+
+
+def _open_input(args) -> Iterable[str]:
+    if args.text:
+        if args.input:
+            raise ValueError("give sentences as arguments or --input, not both")
+        return list(args.text)
+    if args.input:
+        return _lines(open(args.input, encoding="utf-8", errors="replace", newline="\n"))  # noqa: SIM115
+    return _lines(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"))
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(lines)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def _one_line(text: str) -> str:
+    """Whatever the detokenizer produced, it must not split the output line."""
+    return text.translate(_BREAKS)
+
+
+def _format(result, fmt: str) -> str:
+    if fmt == "text":
+        return _one_line(result.hyp)
+    return json.dumps({
+        "src": result.src,
+        "hyp": result.hyp,
+        "score": result.score,
+        "nbest": [{"hyp": h, "score": s} for h, s in result.nbest],
+    }, ensure_ascii=False)
+
+
+def _plot_first(translator, lines: list[str], path: str) -> None:
+    from ..plotting import plot_attention
+
+    first = next((t for t in lines if t.strip()), None)
+    if first is None:
+        print(f"{PROG}: warning: no non-blank sentence to plot", file=sys.stderr)
+        return
+    r = translator.translate_full([first], need_attention=True)[0]
+    if r.attention is None:  # the tokenizer reduced the sentence to nothing
+        print(f"{PROG}: warning: nothing to plot for {first!r}", file=sys.stderr)
+        return
+    plot_attention(r.src_pieces, r.tgt_pieces, r.attention, path)
+
+
+def run(args) -> None:
+    from ..translate import Translator  # after argument errors: importing torch is slow
+
+    decoding = decoding_from_args(args)
+    translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
+    lines = _open_input(args)
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper):  # UTF-8 whatever the locale: emoji must not crash
+        out.reconfigure(encoding="utf-8", errors="replace")
+    # Interactive stdin: answer each line as it comes rather than waiting for a chunk.
+    size = 1 if not args.text and not args.input and sys.stdin.isatty() else CHUNK_LINES
+    for i, chunk in enumerate(_chunks(lines, size)):
+        if i == 0 and args.plot_attention:
+            _plot_first(translator, chunk, args.plot_attention)
+        for result in translator.translate_full(chunk):
+            out.write(_format(result, args.output_format) + "\n")
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
+        sys.stdout = None  # nothing more to flush at exit
+        sys.exit(0)
+    except (CheckpointError, ValueError, OSError) as e:
+        msg = " ".join(str(e).split())  # one line, whatever the exception text
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

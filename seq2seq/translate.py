@@ -1,0 +1,188 @@
+"""``Translator``: texts in, texts out (with scores, n-best lists and attention on request).
+
+Used by the CLI, evaluation and validation during training. Policies:
+- Sources are sorted by length into batches of ``decoding.batch_tokens`` padded source
+  tokens; results come back in input order.
+- Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
+  whose text the tokenizer reduces to nothing).
+- A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
+  one warning per call naming how many lines were cut; it never crashes.
+- Control characters and emoji go through SentencePiece like any text (unknown pieces
+  become ``<unk>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from .checkpoint import build_model, load_checkpoint
+from .config import DecodingConfig
+from .model import Attentions, Seq2Seq
+from .search import search
+from .tokenizer import TokenizerPair
+
+log = logging.getLogger(__name__)
+
+# The source as training sees it: ``x + [eos]`` (``data.collate_src``; not imported here
+# because ``data`` pulls in datasets + lightning, seconds of CLI start-up). A test checks
+# that both agree.
+SOURCE_EOS = True
+
+
+@dataclass
+class TranslationResult:
+    src: str
+    hyp: str
+    score: float  # the 1-best's normalized score (what ranks hypotheses); 0.0 for empty input
+    log_prob: float  # the 1-best's total log-prob
+    nbest: list[tuple[str, float]] = field(default_factory=list)  # (text, normalized score)
+    src_pieces: list[str] = field(default_factory=list)  # set with need_attention
+    tgt_pieces: list[str] = field(default_factory=list)  # the 1-best's pieces, then "</s>"
+    attention: Attentions | None = None  # on request: see search.SearchResult
+
+
+def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
+    """Refuse tokenizers other than the model's (e.g. passed on a command line): a model
+    decodes garbage with another vocabulary, however similar it looks."""
+    for side in ("src", "tgt"):
+        want, got = getattr(expected, side).fingerprint, getattr(given, side).fingerprint
+        if want != got:
+            raise ValueError(
+                f"{side} tokenizer mismatch: the model was trained with sha256 {want[:16]}..., "
+                f"got {got[:16]}...; use the tokenizer stored in the checkpoint"
+            )
+
+
+class Translator:
+    """Wraps a model and its tokenizers. ``device=None`` leaves the model where it is
+    (validation during training passes the module's device)."""
+
+    def __init__(self, model: Seq2Seq, tokenizers: TokenizerPair, decoding: DecodingConfig | None = None,
+                 device: str | torch.device | None = None):
+        self.model = model if device is None else model.to(device)
+        self.tokenizers = tokenizers
+        self.decoding = decoding or DecodingConfig()
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
+                        device: str | torch.device = "cpu") -> Translator:
+        """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
+        bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
+        ckpt = load_checkpoint(path)
+        tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
+        model = build_model(ckpt)
+        for side, tok in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
+            size = getattr(model.cfg, f"{side}_vocab_size")
+            if size != tok.vocab_size:
+                raise ValueError(f"checkpoint {path}: the model has {size} {side} ids but its "
+                                 f"{side} tokenizer {tok.vocab_size}")
+        return cls(model, tokenizers, decoding, device)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------ public API
+    def translate(self, texts: Sequence[str], progress: bool = False) -> list[str]:
+        return [r.hyp for r in self.translate_full(texts, progress=progress)]
+
+    def translate_full(self, texts: Sequence[str], need_attention: bool = False,
+                       progress: bool = False) -> list[TranslationResult]:
+        """One result per text, in input order."""
+        texts = list(texts)
+        ids = self._source_ids(texts)
+        results = [TranslationResult(t, "", 0.0, 0.0, [("", 0.0)]) for t in texts]
+        todo = [i for i, s in enumerate(ids) if s]
+        if not todo:
+            return results
+        was_training = self.model.training
+        self.model.eval()  # dropout off; put back whatever the caller had
+        try:
+            with torch.inference_mode():
+                generator = self._generator()
+                for batch in _progress(list(self._batches(todo, ids)), progress):
+                    self._run(batch, texts, ids, results, need_attention, generator)
+        finally:
+            self.model.train(was_training)
+        return results
+
+    # ------------------------------------------------------------ steps
+    def _source_ids(self, texts: list[str]) -> list[list[int]]:
+        """Subword ids (+ EOS) per text; ``[]`` for blank text; long ones truncated."""
+        full = [i for i, t in enumerate(texts) if t.strip()]
+        encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
+        limit = self.model.cfg.max_positions - 1
+        eos = [self.model.cfg.eos_id] if SOURCE_EOS else []
+        ids, cut = [], 0
+        for i in range(len(texts)):
+            toks = encoded.get(i, [])
+            if len(toks) + len(eos) > limit:
+                toks, cut = toks[: limit - len(eos)], cut + 1
+            ids.append(toks + eos if toks else [])
+        if cut:
+            msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
+            warnings.warn(msg, stacklevel=3)
+            log.warning(msg)
+        return ids
+
+    def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
+        """Indices grouped longest first, each batch within ``batch_tokens`` padded tokens."""
+        order = sorted(todo, key=lambda i: -len(ids[i]))
+        budget, start = self.decoding.batch_tokens, 0
+        while start < len(order):
+            size = max(1, budget // len(ids[order[start]]))  # the first is the longest
+            yield order[start : start + size]
+            start += size
+
+    def _generator(self) -> torch.Generator | None:
+        """One seeded generator per call: sampling is reproducible whatever the batching."""
+        if self.decoding.method != "sample" or self.decoding.seed is None:
+            return None
+        return torch.Generator(device=self.device).manual_seed(self.decoding.seed)
+
+    def _run(self, batch: list[int], texts: list[str], ids: list[list[int]],
+             results: list[TranslationResult], need_attention: bool,
+             generator: torch.Generator | None) -> None:
+        cfg = self.model.cfg
+        src = pad_sequence([torch.tensor(ids[i]) for i in batch], batch_first=True,
+                           padding_value=cfg.pad_id)
+        out = search(self.model, src.to(self.device), self.decoding,
+                     need_attention=need_attention, generator=generator)
+        tgt = self.tokenizers.tgt
+        for row, i in enumerate(batch):
+            hyps = out.hypotheses[row]
+            texts_n = tgt.decode([h.tokens for h in hyps])
+            best = hyps[0]
+            r = TranslationResult(texts[i], texts_n[0], best.normalized, best.score,
+                                  [(s, h.normalized) for s, h in zip(texts_n, hyps)])
+            if need_attention:
+                r.attention = out.attentions[row]
+                r.src_pieces = _id_pieces(self.tokenizers.src, ids[i])
+                r.tgt_pieces = _id_pieces(tgt, best.tokens) + ["</s>"]
+            results[i] = r
+
+
+def _id_pieces(tok, ids: list[int]) -> list[str]:
+    """Piece strings of ids (plot labels). Generated ids need not be the canonical
+    segmentation of their text, so they are looked up one by one, not re-encoded."""
+    if hasattr(tok, "id_to_piece"):
+        return [tok.id_to_piece(int(i)) for i in ids]
+    sp = tok._sp  # the Tokenizer wrapper has no public id -> piece call (yet)
+    return [sp.id_to_piece(int(i)) for i in ids]
+
+
+def _progress(batches: list, enabled: bool):
+    if not enabled:
+        return batches
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety, not a dependency
+        return batches
+    return tqdm(batches, desc="translate", unit="batch", leave=False)

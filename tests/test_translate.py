@@ -1,0 +1,256 @@
+"""``Translator``, the attention plot and the ``seq2seq-translate`` CLI, on a checkpoint built
+from a tiny random model and a tiny SentencePiece model trained on 200 Multi30k lines."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq import translate as translate_module
+from seq2seq.checkpoint import save_atomic
+from seq2seq.cli.translate import decoding_from_args
+from seq2seq.cli.translate import main as cli_main
+from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
+from seq2seq.model import Seq2Seq
+from seq2seq.plotting import plot_attention
+from seq2seq.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.translate import Translator, check_tokenizers
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "multi30k"
+SENTENCES = [
+    "Ein Hund rennt über die Wiese.",
+    "Zwei Männer stehen vor einem Haus und reden miteinander über das Wetter.",
+    "Kinder.",
+    "Eine Frau in einem roten Kleid fährt Fahrrad.",
+    "Ein Mann.",
+    "Drei Personen sitzen auf einer Bank im Park, während ein Hund spielt.",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """As in test_search: one intra-op thread keeps tiny models fast on a loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _lines(path: Path, n: int) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> TokenizerPair:
+    texts = _lines(DATA / "train.de.gz", 200) + _lines(DATA / "train.en.gz", 200)
+    tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=100, num_threads=1))
+    return TokenizerPair(tok, tok)
+
+
+def _model(vocab: int) -> Seq2Seq:
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
+                      encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
+    model = Seq2Seq(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tokenizers) -> Path:
+    model = _model(tokenizers.src.vocab_size)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.ckpt"
+    save_atomic({
+        "seq2seq": {"format": 1, "model_config": to_dict(model.cfg), "tokenizers": tokenizers.to_state(),
+                    "src_lang": "de", "tgt_lang": "en"},
+        "state_dict": {"model." + k: v for k, v in model.state_dict().items()},
+    }, path)
+    return path
+
+
+def translator(checkpoint, **decoding) -> Translator:
+    cfg = DecodingConfig(**{"max_len_a": 1.0, "max_len_b": 5, **decoding})
+    return Translator.from_checkpoint(checkpoint, decoding=cfg)
+
+
+# ---------------------------------------------------------------- Translator
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_order_restored_across_batches(checkpoint, method):
+    small = translator(checkpoint, method=method, beam_size=3, batch_tokens=20)  # many batches
+    batched = small.translate(SENTENCES)
+    assert batched == [small.translate([s])[0] for s in SENTENCES]
+    assert len(list(small._batches(list(range(6)), small._source_ids(SENTENCES)))) > 2
+
+
+def test_source_ids_match_training(checkpoint):
+    """The translator builds sources exactly as the training collate does (x + [eos])."""
+    from seq2seq.data import collate_src
+
+    t = translator(checkpoint)
+    ids = t._source_ids(SENTENCES)
+    expected = collate_src(t.tokenizers.src.encode(SENTENCES), t.model.cfg.pad_id, t.model.cfg.eos_id)
+    assert [row[row != 0].tolist() for row in expected] == ids
+
+
+def test_blank_lines_skip_the_model(checkpoint, monkeypatch):
+    t = translator(checkpoint)
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the model was called for blank input")
+
+    monkeypatch.setattr(translate_module, "search", no_search)
+    assert t.translate(["", "   ", "\t \u3000"]) == ["", "", ""]
+    assert t.translate([]) == []
+
+
+def test_blank_lines_keep_their_place(checkpoint):
+    t = translator(checkpoint)
+    out = t.translate(["", SENTENCES[0], " ", SENTENCES[1], ""])
+    assert out[0] == out[2] == out[4] == "" and out[1:4:2] == t.translate(SENTENCES[:2])
+
+
+def test_overlong_source_is_truncated_with_one_warning(checkpoint):
+    t = translator(checkpoint)
+    long = "Ein Hund rennt über die Wiese und " * 300  # 10,000 characters
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = t.translate([long[:10_000], "Kinder.", long])
+    assert [str(w.message) for w in caught] == [  # one warning per call
+        "2 source line(s) longer than 63 tokens were truncated to 63"]
+    assert len(out) == 3 and all(isinstance(o, str) for o in out)
+    with pytest.warns(UserWarning, match="truncated"):
+        assert len(t._source_ids([long])[0]) == t.model.cfg.max_positions - 1
+
+
+def test_emoji_and_control_characters(checkpoint):
+    t = translator(checkpoint, method="beam", beam_size=2)
+    odd = ["Ein Hund 🐶 rennt 🙂", "a\x00b\x07c\x1bd", "\u200b", "🙂🙂🙂", "ünïcödé \u202e text", "\x0c"]
+    out = t.translate(odd)
+    assert len(out) == len(odd) and all(isinstance(o, str) for o in out)
+
+
+def test_mode_restored_and_validation_call(checkpoint, tokenizers):
+    model = _model(tokenizers.src.vocab_size)
+    model.train()
+    t = Translator(model, tokenizers, DecodingConfig(method="greedy"))  # what validation does
+    first = t.translate(SENTENCES[:2])
+    assert model.training  # put back
+    assert t.translate(SENTENCES[:2]) == first  # dropout was off while decoding
+    model.eval()
+    t.translate(SENTENCES[:1])
+    assert not model.training
+
+
+def test_translate_full_nbest_and_scores(checkpoint):
+    t = translator(checkpoint, method="beam", beam_size=4, nbest=3)
+    results = t.translate_full(SENTENCES[:3] + [""])
+    for r in results[:3]:
+        assert len(r.nbest) == 3 and r.nbest[0] == (r.hyp, r.score)
+        assert [s for _, s in r.nbest] == sorted((s for _, s in r.nbest), reverse=True)
+        assert r.log_prob <= 0.0
+    assert results[3].hyp == "" and results[3].nbest == [("", 0.0)]
+
+
+def test_sampling_reproducible_whatever_the_batching(checkpoint):
+    a = translator(checkpoint, method="sample", seed=3).translate(SENTENCES)
+    assert a == translator(checkpoint, method="sample", seed=3).translate(SENTENCES)
+
+
+def test_tokenizer_mismatch_is_refused(checkpoint, tokenizers):
+    other = Tokenizer.train(_lines(DATA / "train.en.gz", 100), TokenizerConfig(vocab_size=90, num_threads=1))
+    with pytest.raises(ValueError, match="src tokenizer mismatch"):
+        check_tokenizers(tokenizers, TokenizerPair(other, other))
+    check_tokenizers(tokenizers, tokenizers)
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["seq2seq"]["tokenizers"]["src"]["sha256"] = "0" * 64  # bytes no longer match
+    bad = checkpoint.with_name("bad_tok.ckpt")
+    save_atomic(ckpt, bad)
+    with pytest.raises(ValueError, match="fingerprint"):
+        Translator.from_checkpoint(bad)
+
+
+# ---------------------------------------------------------------- attention plot
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_attention_plot(checkpoint, tmp_path, method):
+    import matplotlib.image
+
+    t = translator(checkpoint, method=method, beam_size=3)
+    r = t.translate_full(["Ein Hund."], need_attention=True)[0]  # short: plotting is slow
+    assert r.src_pieces[-1] == "</s>" and r.tgt_pieces[-1] == "</s>"
+    path = plot_attention(r.src_pieces, r.tgt_pieces, r.attention, tmp_path / "attn.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 300 and image.shape[1] > 300 and image.std() > 0.05
+    with pytest.raises(ValueError, match="labels"):
+        plot_attention(r.src_pieces[:-1], r.tgt_pieces, r.attention, tmp_path / "bad.png")
+
+
+# ---------------------------------------------------------------- CLI
+def run_cli(monkeypatch, capsys, argv, stdin=""):
+    fake = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", fake)
+    cli_main(argv)
+    return capsys.readouterr()
+
+
+def test_cli_one_line_out_per_line_in(checkpoint, monkeypatch, capsys):
+    stdin = "Ein Hund rennt.\n\nZwei Männer 🐶\n   \nEin Mann\r\nKinder."  # no final newline
+    out = run_cli(monkeypatch, capsys, ["-c", str(checkpoint), "--max-len-b", "5"], stdin).out
+    lines = out.split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == 6
+    assert lines[1] == "" and lines[3] == ""
+
+
+def test_cli_arguments_and_jsonl(checkpoint, monkeypatch, capsys, tmp_path):
+    argv = ["-c", str(checkpoint), "--beam", "3", "--nbest", "2", "--output-format", "jsonl",
+            "--max-len-b", "5", "--plot-attention", str(tmp_path / "a.png")]
+    out = run_cli(monkeypatch, capsys, [*argv, "Ein Hund.", "", SENTENCES[2]]).out
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["src"] for r in records] == ["Ein Hund.", "", SENTENCES[2]]
+    assert all(set(r) == {"src", "hyp", "score", "nbest"} for r in records)
+    assert len(records[0]["nbest"]) == 2 and records[0]["nbest"][0]["hyp"] == records[0]["hyp"]
+    assert (tmp_path / "a.png").stat().st_size > 10_000
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = run_cli(monkeypatch, capsys, ["-c", str(checkpoint), "--input", str(src), "--max-len-b", "5"]).out
+    assert len(out.splitlines()) == len(SENTENCES)
+
+
+def test_cli_flags_map_onto_decoding_config():
+    from seq2seq.cli.translate import build_parser
+
+    parse = build_parser().parse_args
+    assert decoding_from_args(parse(["-c", "x"])) == DecodingConfig()
+    cfg = decoding_from_args(parse(["-c", "x", "--beam", "4", "--lenpen", "1.0", "--max-len-a", "2"]))
+    assert (cfg.method, cfg.beam_size, cfg.alpha, cfg.max_len_a) == ("beam", 4, 1.0, 2.0)
+    cfg = decoding_from_args(parse(["-c", "x", "--sample", "--topk", "5", "--topp", "0.9", "--seed", "1"]))
+    assert (cfg.method, cfg.top_k, cfg.top_p, cfg.seed) == ("sample", 5, 0.9, 1)
+    assert decoding_from_args(parse(["-c", "x", "--beam", "1"])).method == "greedy"
+
+
+@pytest.mark.parametrize("problem", ["missing", "garbage", "bad-flag"])
+def test_cli_errors_exit_2_with_one_line(tmp_path, checkpoint, problem):
+    ckpt = {"missing": tmp_path / "nope.ckpt", "garbage": tmp_path / "garbage.ckpt",
+            "bad-flag": checkpoint}[problem]
+    (tmp_path / "garbage.ckpt").write_bytes(b"not a checkpoint\n" * 10)
+    extra = ["--beam", "2", "--nbest", "3"] if problem == "bad-flag" else []
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "translate.py"), "-c", str(ckpt), *extra, "Hallo"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("seq2seq-translate: error: ")
