@@ -25,16 +25,6 @@ VOCAB, PAD, BOS, EOS = 48, 0, 2, 3
 NORMS = list(itertools.product(["post", "pre"], ["layernorm", "rmsnorm"]))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a loaded machine the thread
-    pool's spinning makes these tests ~10x slower: run them on one thread, then restore."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_model(seed: int = 0, **overrides) -> Seq2Seq:
     """d_model 32, perturbed off its init; the untied output layer makes EOS likely enough
     that lengths vary (a fresh model rarely ends)."""

@@ -37,15 +37,6 @@ SENTENCES = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """As in test_search: one intra-op thread keeps tiny models fast on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _lines(path: Path, n: int) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
