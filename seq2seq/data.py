@@ -33,7 +33,6 @@ import shutil
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,9 @@ import datasets
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
+from seq2seq.batch import Batch, collate, collate_src  # noqa: F401  (re-exported)
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.tokenizer import Tokenizer, TokenizerPair
 
@@ -500,99 +499,6 @@ def tokenized_split(
 # ---------------------------------------------------------------------------------------
 # Batches
 # ---------------------------------------------------------------------------------------
-@dataclass
-class Batch:
-    """Padded tensors for one step; all right-padded with ``pad_id``.
-
-    src:     (B, S) long  x + [eos]
-    tgt_in:  (B, L) long  [bos] + y       decoder input
-    tgt_out: (B, L) long  y + [eos]       labels
-    ids:     (B,)   long  dataset row of each pair (restore order; drop DDP repeats)
-    """
-
-    src: Tensor
-    tgt_in: Tensor
-    tgt_out: Tensor
-    ids: Tensor
-    pad_id: int = 0
-
-    def __len__(self) -> int:
-        return self.src.size(0)
-
-    @functools.cached_property
-    def n_tgt_tokens(self) -> int:
-        """Non-pad label tokens (eos included): the loss normalizer."""
-        return int((self.tgt_out != self.pad_id).sum())
-
-    @functools.cached_property
-    def n_src_tokens(self) -> int:
-        return int((self.src != self.pad_id).sum())
-
-    def _apply(self, fn: Any) -> Batch:
-        moved = dataclasses.replace(
-            self,
-            src=fn(self.src),
-            tgt_in=fn(self.tgt_in),
-            tgt_out=fn(self.tgt_out),
-            ids=fn(self.ids),
-        )
-        # carry the counts computed on CPU, so reading them on GPU costs no sync
-        for name in ("n_tgt_tokens", "n_src_tokens"):
-            if name in self.__dict__:
-                moved.__dict__[name] = self.__dict__[name]
-        return moved
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """Used by Lightning's ``transfer_batch_to_device``."""
-        return self._apply(lambda t: t.to(device, non_blocking=non_blocking))
-
-    def pin_memory(self) -> Batch:
-        """Used by ``DataLoader(pin_memory=True)``."""
-        return self._apply(lambda t: t.pin_memory())
-
-
-def _pad(
-    seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None, suffix: int | None
-) -> Tensor:
-    """(B, max len + specials) long tensor, right-padded."""
-    extra = (prefix is not None) + (suffix is not None)
-    out = np.full((len(seqs), max(len(s) for s in seqs) + extra), pad_id, dtype=np.int64)
-    for row, seq in zip(out, seqs, strict=True):
-        start = 0
-        if prefix is not None:
-            row[0], start = prefix, 1
-        row[start : start + len(seq)] = seq
-        if suffix is not None:
-            row[start + len(seq)] = suffix
-    return torch.from_numpy(out)
-
-
-def collate_src(src_ids: Sequence[Sequence[int]], pad_id: int, eos_id: int) -> Tensor:
-    """Source tensor (B, S) = x + [eos], right-padded. Use it at inference time too."""
-    return _pad(src_ids, pad_id, None, eos_id)
-
-
-def collate(
-    examples: Sequence[Mapping[str, Any]], pad_id: int = 0, bos_id: int = 2, eos_id: int = 3
-) -> Batch:
-    """Examples with ``src_ids``/``tgt_ids`` (and optionally ``id``) -> ``Batch``.
-
-    The only place bos/eos are added.
-    """
-    src = [ex["src_ids"] for ex in examples]
-    tgt = [ex["tgt_ids"] for ex in examples]
-    ids = torch.tensor([ex.get("id", -1) for ex in examples], dtype=torch.long)
-    batch = Batch(
-        src=collate_src(src, pad_id, eos_id),
-        tgt_in=_pad(tgt, pad_id, bos_id, None),
-        tgt_out=_pad(tgt, pad_id, None, eos_id),
-        ids=ids,
-        pad_id=pad_id,
-    )
-    _ = batch.n_tgt_tokens, batch.n_src_tokens  # computed here, on CPU
-    return batch
-
-
 def _pack(sizes: np.ndarray, max_tokens: int) -> list[int]:
     """Greedy batch boundaries over ascending ``sizes``: cost = count x largest size."""
     bounds, start = [], 0

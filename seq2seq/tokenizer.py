@@ -117,6 +117,10 @@ class Tokenizer:
         clean = [[int(i) for i in seq if int(i) not in self._specials] for seq in ids]
         return self._sp.decode(clean)
 
+    def id_to_piece(self, ids: Sequence[int]) -> list[str]:
+        """Piece strings of ids, one by one (plot labels for generated ids)."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
     def pieces(self, text: str) -> list[str]:
         """Subword pieces of one sentence (for plots and inspection)."""
         return self._sp.encode(text, out_type=str)

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
+from .batch import collate_src
 from .checkpoint import build_model, load_checkpoint
 from .config import DecodingConfig
 from .model import Attentions, Seq2Seq
@@ -30,10 +30,6 @@ from .tokenizer import TokenizerPair
 
 log = logging.getLogger(__name__)
 
-# The source as training sees it: ``x + [eos]`` (``data.collate_src``; not imported here
-# because ``data`` pulls in datasets + lightning, seconds of CLI start-up). A test checks
-# that both agree.
-SOURCE_EOS = True
 
 
 @dataclass
@@ -115,17 +111,13 @@ class Translator:
 
     # ------------------------------------------------------------ steps
     def _source_ids(self, texts: list[str]) -> list[list[int]]:
-        """Subword ids (+ EOS) per text; ``[]`` for blank text; long ones truncated."""
+        """Subword ids per text (``collate_src`` adds EOS); ``[]`` for blank text; sources
+        longer than the model's positions are truncated with a warning."""
         full = [i for i, t in enumerate(texts) if t.strip()]
         encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
-        limit = self.model.cfg.max_positions - 1
-        eos = [self.model.cfg.eos_id] if SOURCE_EOS else []
-        ids, cut = [], 0
-        for i in range(len(texts)):
-            toks = encoded.get(i, [])
-            if len(toks) + len(eos) > limit:
-                toks, cut = toks[: limit - len(eos)], cut + 1
-            ids.append(toks + eos if toks else [])
+        limit = self.model.cfg.max_positions - 1  # room for the EOS
+        ids = [encoded.get(i, [])[:limit] for i in range(len(texts))]
+        cut = sum(len(toks) > limit for toks in encoded.values())
         if cut:
             msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
             warnings.warn(msg, stacklevel=3)
@@ -151,8 +143,7 @@ class Translator:
              results: list[TranslationResult], need_attention: bool,
              generator: torch.Generator | None) -> None:
         cfg = self.model.cfg
-        src = pad_sequence([torch.tensor(ids[i]) for i in batch], batch_first=True,
-                           padding_value=cfg.pad_id)
+        src = collate_src([ids[i] for i in batch], cfg.pad_id, cfg.eos_id)  # (B, S): x + [eos]
         out = search(self.model, src.to(self.device), self.decoding,
                      need_attention=need_attention, generator=generator)
         tgt = self.tokenizers.tgt
@@ -164,18 +155,9 @@ class Translator:
                                   [(s, h.normalized) for s, h in zip(texts_n, hyps)])
             if need_attention:
                 r.attention = out.attentions[row]
-                r.src_pieces = _id_pieces(self.tokenizers.src, ids[i])
-                r.tgt_pieces = _id_pieces(tgt, best.tokens) + ["</s>"]
+                r.src_pieces = self.tokenizers.src.id_to_piece(ids[i]) + ["</s>"]
+                r.tgt_pieces = tgt.id_to_piece(best.tokens) + ["</s>"]
             results[i] = r
-
-
-def _id_pieces(tok, ids: list[int]) -> list[str]:
-    """Piece strings of ids (plot labels). Generated ids need not be the canonical
-    segmentation of their text, so they are looked up one by one, not re-encoded."""
-    if hasattr(tok, "id_to_piece"):
-        return [tok.id_to_piece(int(i)) for i in ids]
-    sp = tok._sp  # the Tokenizer wrapper has no public id -> piece call (yet)
-    return [sp.id_to_piece(int(i)) for i in ids]
 
 
 def _progress(batches: list, enabled: bool):
