@@ -53,6 +53,8 @@ class Seq2SeqModule(L.LightningModule):
         optim: optimizer, schedule and label smoothing.
         val_bleu: decode the validation set greedily each epoch and log BLEU + chrF.
         val_bleu_max_sentences: decode only the first N validation sentences (None = all).
+        compile: ``torch.compile`` the teacher-forced forward (not decoding); the first
+            steps pay for compilation, measure with ``scripts/benchmark.py`` before using.
     """
 
     def __init__(
@@ -61,12 +63,14 @@ class Seq2SeqModule(L.LightningModule):
         optim: OptimConfig | None = None,
         val_bleu: bool = True,
         val_bleu_max_sentences: int | None = None,
+        compile: bool = False,
     ):
         super().__init__()
         self.arch = arch or ModelConfig()
         self.optim = optim or OptimConfig()
         self.val_bleu = val_bleu
         self.val_bleu_max_sentences = val_bleu_max_sentences
+        self.compile_forward = compile
         self.model: Seq2Seq | None = None
         self.tokenizers = None  # TokenizerPair, from the data module or a checkpoint
         self.langs: tuple[str, str] | None = None
@@ -91,6 +95,8 @@ class Seq2SeqModule(L.LightningModule):
             eos_id=tgt.eos_id,
         )
         self.model = Seq2Seq(self.arch)
+        if self.compile_forward:
+            self.model.compile(dynamic=True)  # in place: parameter names stay the same
 
     # ------------------------------------------------------------ loss
     def loss(self, batch) -> tuple[torch.Tensor, int]:

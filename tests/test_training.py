@@ -59,7 +59,7 @@ class LossRecorder(L.Callback):
         self.losses[trainer.global_step] = float(outputs["loss"])
 
 
-def fit(corpus, root: Path, max_steps: int, ckpt_path=None, every=None, module_kw=None, callbacks=()):
+def fit(corpus, root: Path, max_steps: int, ckpt_path=None, every=None, module_kw=None, callbacks=(), **trainer_kw):
     L.seed_everything(1, verbose=False)
     recorder = LossRecorder()
     cbs = [recorder, *callbacks]
@@ -69,7 +69,7 @@ def fit(corpus, root: Path, max_steps: int, ckpt_path=None, every=None, module_k
         max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
         plugins=[AtomicCheckpointIO()], callbacks=cbs, default_root_dir=root,
-        enable_checkpointing=bool(every),
+        enable_checkpointing=bool(every), **trainer_kw,
     )
     module = Seq2SeqModule(SMALL, OptimConfig(lr=2e-3, warmup_steps=10), **(module_kw or {}))
     trainer.fit(module, datamodule=Seq2SeqDataModule(data_config(corpus)), ckpt_path=ckpt_path)
@@ -136,6 +136,19 @@ def test_average_of_identical_checkpoints_is_the_same_model(small_corpus, tmp_pa
         torch.testing.assert_close(same[key], value)
         torch.testing.assert_close(out["state_dict"][key], (wa[key] + value) / 2)
     assert build_model(load_checkpoint(tmp_path / "avg.ckpt")) is not None
+
+
+def test_bf16_mixed_precision_trains_on_cpu(small_corpus, tmp_path):
+    losses, trainer, _ = fit(small_corpus, tmp_path, max_steps=8, precision="bf16-mixed")
+    assert trainer.precision == "bf16-mixed"
+    assert all(math.isfinite(v) for v in losses.values())
+    assert losses[8] < losses[1]
+
+
+def test_gradient_accumulation_counts_optimizer_steps(small_corpus, tmp_path):
+    losses, trainer, _ = fit(small_corpus, tmp_path, max_steps=3, accumulate_grad_batches=2)
+    assert trainer.global_step == 3
+    assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 6
 
 
 # ---------------------------------------------------------------- bad input
