@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .config import ModelConfig, from_dict
+from .config import ModelConfig, from_dict, to_dict
 from .model import Seq2Seq
 
 FORMAT = 1
@@ -48,6 +48,23 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def metadata(cfg: ModelConfig, tokenizers, src_lang: str, tgt_lang: str) -> dict[str, Any]:
+    """The ``"seq2seq"`` entry: everything inference needs besides the weights."""
+    return {
+        "format": FORMAT,
+        "model_config": to_dict(cfg),
+        "tokenizers": tokenizers.to_state(),
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+    }
+
+
+def save_model(path, model: Seq2Seq, tokenizers, src_lang: str, tgt_lang: str) -> None:
+    """An inference checkpoint of ``model`` (no training state), written atomically."""
+    state = {PREFIX + k: v for k, v in model.state_dict().items()}
+    save_atomic({"seq2seq": metadata(model.cfg, tokenizers, src_lang, tgt_lang), "state_dict": state}, path)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

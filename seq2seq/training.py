@@ -13,7 +13,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import FORMAT, CheckpointError
+from .checkpoint import CheckpointError, metadata
 from .config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
 from .metrics import bleu, chrf
 from .model import Seq2Seq
@@ -151,13 +151,7 @@ class Seq2SeqModule(L.LightningModule):
     # ------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Make every checkpoint self-contained (config + tokenizers) and exactly resumable (RNG)."""
-        checkpoint["seq2seq"] = {
-            "format": FORMAT,
-            "model_config": to_dict(self.arch),
-            "tokenizers": self.tokenizers.to_state(),
-            "src_lang": self.langs[0],
-            "tgt_lang": self.langs[1],
-        }
+        checkpoint["seq2seq"] = metadata(self.arch, self.tokenizers, *self.langs)
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

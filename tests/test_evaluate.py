@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import save_tiny_checkpoint
 
-from seq2seq.checkpoint import save_atomic
 from seq2seq.cli import evaluate as cli
-from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
+from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.metrics import all_scores
-from seq2seq.model import Seq2Seq
 from seq2seq.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.translate import Translator
 
@@ -48,25 +47,6 @@ def _one_thread():
 def _gz_lines(path: Path, n: int) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
-
-
-def save_tiny_checkpoint(path: Path, tokenizers: TokenizerPair, seed: int,
-                         pair: tuple[str, str] = ("de", "en")) -> Path:
-    """A random 2+2-layer model with ``tokenizers``, saved as a self-contained checkpoint."""
-    torch.manual_seed(seed)
-    vocab = tokenizers.src.vocab_size
-    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
-                      encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
-    model = Seq2Seq(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    save_atomic({
-        "seq2seq": {"format": 1, "model_config": to_dict(cfg), "tokenizers": tokenizers.to_state(),
-                    "src_lang": pair[0], "tgt_lang": pair[1]},
-        "state_dict": {"model." + k: v for k, v in model.state_dict().items()},
-    }, path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import save_tiny_checkpoint, tiny_random_model
 
 from seq2seq import translate as translate_module
 from seq2seq.checkpoint import save_atomic
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.cli.translate import main as cli_main
-from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
-from seq2seq.model import Seq2Seq
+from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.plotting import plot_attention
 from seq2seq.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.translate import Translator, check_tokenizers
@@ -49,27 +49,9 @@ def tokenizers() -> TokenizerPair:
     return TokenizerPair(tok, tok)
 
 
-def _model(vocab: int) -> Seq2Seq:
-    torch.manual_seed(0)
-    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
-                      encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
-    model = Seq2Seq(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tokenizers) -> Path:
-    model = _model(tokenizers.src.vocab_size)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny.ckpt"
-    save_atomic({
-        "seq2seq": {"format": 1, "model_config": to_dict(model.cfg), "tokenizers": tokenizers.to_state(),
-                    "src_lang": "de", "tgt_lang": "en"},
-        "state_dict": {"model." + k: v for k, v in model.state_dict().items()},
-    }, path)
-    return path
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.ckpt", tokenizers)
 
 
 def translator(checkpoint, **decoding) -> Translator:
@@ -124,7 +106,7 @@ def test_emoji_and_control_characters(checkpoint):
 
 
 def test_mode_restored_and_validation_call(checkpoint, tokenizers):
-    model = _model(tokenizers.src.vocab_size)
+    model = tiny_random_model(tokenizers.src.vocab_size)
     model.train()
     t = Translator(model, tokenizers, DecodingConfig(method="greedy"))  # what validation does
     first = t.translate(SENTENCES[:2])

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CheckpointError, load_checkpoint
+from ..checkpoint import load_checkpoint
 from ..config import DecodingConfig
+from .common import run_command
 from .translate import _one_line, add_decoding_args, decoding_from_args
 
 PROG = "seq2seq-evaluate"
@@ -268,16 +269,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        run(args)
-    except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
-        sys.stdout = None
-        sys.exit(0)
-    except (CheckpointError, ValueError, OSError) as e:
-        msg = " ".join(str(e).split())  # one line, whatever the exception text
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
-        sys.exit(2)
+    run_command(PROG, run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

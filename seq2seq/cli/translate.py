@@ -19,8 +19,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from ..checkpoint import CheckpointError
 from ..config import DecodingConfig
+from .common import run_command
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
@@ -169,16 +169,7 @@ def run(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        run(args)
-    except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
-        sys.stdout = None  # nothing more to flush at exit
-        sys.exit(0)
-    except (CheckpointError, ValueError, OSError) as e:
-        msg = " ".join(str(e).split())  # one line, whatever the exception text
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
-        sys.exit(2)
+    run_command(PROG, run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""Small builders shared by several test files (import: ``from helpers import ...``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from seq2seq.checkpoint import save_model
+from seq2seq.config import ModelConfig
+from seq2seq.model import Seq2Seq
+
+
+def tiny_random_model(vocab: int, seed: int = 0) -> Seq2Seq:
+    """2+2 layers, d_model 32, untied output, weights perturbed off their init so that
+    outputs vary (a fresh model rarely emits EOS); eval mode."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
+                      encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
+    model = Seq2Seq(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def save_tiny_checkpoint(path: Path, tokenizers, seed: int = 0, pair: tuple[str, str] = ("de", "en")) -> Path:
+    """A self-contained checkpoint of :func:`tiny_random_model` with ``tokenizers``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(path, tiny_random_model(tokenizers.src.vocab_size, seed), tokenizers, *pair)
+    return path
