@@ -1,6 +1,7 @@
 """Speed benchmarks against peer implementations (``scripts/benchmark.py`` is the CLI).
 
-Three sections, each printed as one table (and returned as plain dicts for ``--json``):
+Three sections, each printed as one table (and returned as plain dicts for ``--json``),
+and a profile on request:
 
 decode
     Multi30k test sentences with our greedy (KV-cached vs uncached, natural lengths and
@@ -13,6 +14,10 @@ train
     the same real Multi30k batches from ``TokenBudgetSampler``; fp32 and bf16 autocast.
 attention
     ``attention`` (SDPA) vs ``reference_attention``, forward and forward+backward.
+profile (on request only)
+    ``torch.profiler`` over our beam search on the two longest batches: time per phase of
+    the search (labelled with ``record_function``), the top operators, and how many decoder
+    rows were computed compared with stopping each sentence right after its 1-best's EOS.
 
 Rules shared by all measurements
 - A number is the median of ``repeats`` timed runs after one untimed warm-up run.
@@ -24,10 +29,10 @@ Rules shared by all measurements
   default rule, applied to the batch's longest source, since ``generate`` takes one limit
   per batch). Beam search ranks by log-prob / length (ours ``length_penalty="average"``,
   HF and CTranslate2 ``length_penalty=1``: the same normalization).
-- Peak RSS is measured in this process: the kernel's high-water mark is reset before an
-  engine's timed runs (``/proc/self/clear_refs``) and the table shows how far it rose above
-  the resident size just before them. Where that reset is unavailable, the process-wide
-  peak (``getrusage``) is reported instead and said so.
+- Peak RSS is measured in this process: the kernel's high-water mark is reset before each
+  row's warm-up (``/proc/self/clear_refs``) and the table shows how far it rose above the
+  resident size just before. Where that reset is unavailable, the process-wide peak
+  (``getrusage``) is reported instead and said so.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ from typing import Any
 import torch
 
 from .attention import attention, causal_mask, lengths_mask, reference_attention
+from .batch import collate_src
 from .checkpoint import build_model, load_checkpoint
-from .config import DataConfig, DecodingConfig, ModelConfig, OptimConfig
+from .config import DataConfig, DecodingConfig, ModelConfig, OptimConfig, from_dict
 from .model import Seq2Seq
 from .search import search
 from .tokenizer import TokenizerPair
@@ -157,9 +163,9 @@ def read_test_sources(ckpt: dict, data_dir: str | os.PathLike, split: str = TEST
 
 
 def source_ids(texts: Sequence[str], tokenizers: TokenizerPair, cfg: ModelConfig) -> list[list[int]]:
-    """Subword ids + [eos] per text, as ``Translator`` and training build them."""
-    limit = cfg.max_positions - 1
-    return [ids[: limit - 1] + [cfg.eos_id] for ids in tokenizers.src.encode(list(texts))]
+    """Subword ids per text (no EOS yet: ``collate_src`` adds it), cut like ``Translator``
+    to ``max_positions - 1`` (room for the EOS)."""
+    return [ids[: cfg.max_positions - 1] for ids in tokenizers.src.encode(list(texts))]
 
 
 def make_batches(ids: Sequence[Sequence[int]], batch_size: int, cfg: ModelConfig,
@@ -169,12 +175,11 @@ def make_batches(ids: Sequence[Sequence[int]], batch_size: int, cfg: ModelConfig
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     batches = []
     for start in range(0, len(order), batch_size):
-        rows = [list(ids[i]) for i in order[start : start + batch_size]]
-        src = torch.full((len(rows), len(rows[0])), cfg.pad_id, dtype=torch.long)
-        for r, seq in enumerate(rows):
-            src[r, : len(seq)] = torch.tensor(seq)
-        max_len = min(math.floor(max_len_a * len(rows[0]) + max_len_b), cfg.max_positions - 1)
-        batches.append(DecodeBatch(src, [[src_vocab[i] for i in seq] for seq in rows], max_len))
+        rows = [ids[i] for i in order[start : start + batch_size]]
+        src = collate_src(rows, cfg.pad_id, cfg.eos_id)  # x + [eos], as training sees it
+        pieces = [[src_vocab[i] for i in src[r, : len(seq) + 1].tolist()] for r, seq in enumerate(rows)]
+        max_len = min(math.floor(max_len_a * src.shape[1] + max_len_b), cfg.max_positions - 1)
+        batches.append(DecodeBatch(src, pieces, max_len))
     return batches
 
 
@@ -424,7 +429,9 @@ def training_batches(ckpt: dict, data_dir: str | os.PathLike, cache_dir: str | o
     return batches
 
 
-OPTIM = OptimConfig(lr=1e-4, label_smoothing=0.0)  # Marian's own loss has no smoothing
+# Plain cross-entropy: Marian's own loss has no label smoothing. A small constant lr keeps
+# the weights (hence the arithmetic) sane over the timed steps; it does not change the cost.
+OPTIM = OptimConfig(lr=1e-4, label_smoothing=0.0)
 
 
 def ours_train_step(model: Seq2Seq, bf16: bool) -> Callable[[Any], int]:
@@ -496,7 +503,7 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
             n_params["HF"] = _trainable(marian)
             log(f"  timing MarianMTModel training step, {precision} ...")
             hf = train_row("HF MarianMTModel", precision,
-                           hf_train_step(marian, ckpt_model_cfg(ckpt).pad_id, bf16), batches, repeats)
+                           hf_train_step(marian, model.cfg.pad_id, bf16), batches, repeats)
             hf["ours_over_this"] = ours["tok_per_s"] / hf["tok_per_s"]
             targets.append(_target(f"training tokens/s ({precision}): ours ÷ HF", hf, 1.5))
             rows.append(hf)
@@ -506,18 +513,12 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
         f"(max_tokens {max_tokens}), {n_tok} target tokens; the same batches for every row",
         "step: forward + loss + backward + Adam; plain cross-entropy for both (Marian's loss has "
         "no label smoothing, so ours runs with label_smoothing=0); dropout as the checkpoint's config",
-        "each row starts from the checkpoint's weights and a fresh optimizer; bf16: "
-        "torch.autocast('cpu', bfloat16) around forward + loss",
+        "each row starts from the checkpoint's weights and a fresh Adam (lr 1e-4, the config's "
+        "betas/eps); bf16: torch.autocast('cpu', bfloat16) around forward + loss",
         "trainable parameters: " + ", ".join(f"{k} {v:,}" for k, v in n_params.items()),
         rss_note(),
     ]
     return {"rows": rows, "targets": targets, "notes": notes, "skipped": skipped}
-
-
-def ckpt_model_cfg(ckpt: dict) -> ModelConfig:
-    from .config import from_dict
-
-    return from_dict(ModelConfig, ckpt["seq2seq"]["model_config"])
 
 
 def _trainable(model: torch.nn.Module) -> int:
@@ -603,6 +604,99 @@ def bench_attention(repeats: int = 3, iters: int = 50, shapes=ATTENTION_SHAPES,
              "reference = seq2seq.attention.reference_attention (explicit scores, softmax, "
              "returns weights); sdpa = seq2seq.attention.attention"]
     return {"rows": rows, "targets": [], "notes": notes, "skipped": []}
+
+
+# ====================================================================== profiling
+def _labels(model: Seq2Seq) -> list[tuple[Any, str, str]]:
+    """``(object, attribute, label)``: what :func:`annotated_search` wraps, and its label
+    (indented labels run inside the decoder step)."""
+    from . import search as S
+    from .cache import DecoderCache
+
+    out = [(S._DecoderState, "step", "decoder step: decode + log_softmax")]
+    for layer in model.decoder.layers:
+        out += [(layer.self_attn, "project_kv", "  decoder self-attn: K/V of the new token"),
+                (layer.self_attn, "forward", "  decoder self-attn: Q, SDPA, W^O"),
+                (layer.cross_attn, "forward", "  decoder cross-attn: Q, SDPA, W^O"),
+                (layer.ff, "forward", "  decoder feed-forward")]
+    out += [
+        (model.output, "forward", "  output projection (d_model x vocab)"),
+        (S._DecoderState, "select", "search: reorder beams (select)"),
+        (DecoderCache, "reorder", "  cache reorder: index_select of K/V"),
+        (S._Pool, "merge", "search: finished-pool merge"),
+        (S, "_constrain", "search: constrain log-probs (clone + masks)"),
+        (S, "finish_bound", "search: finish bound"),
+        (model, "encode", "encoder"),
+    ]
+    return out
+
+
+_MISSING = object()
+
+
+@contextmanager
+def annotated_search(model: Seq2Seq):
+    """Label the phases of our search for ``torch.profiler`` (``record_function`` scopes)
+    by wrapping search internals and decoder sub-modules for the duration of the block."""
+    saved = []
+    for obj, name, label in _labels(model):
+        fn = getattr(obj, name)  # a function (class, module) or a bound method (instance)
+        shadowing = not isinstance(obj, (type, types.ModuleType))  # instance attribute
+        saved.append((obj, name, _MISSING if shadowing else fn))
+
+        def scoped(*args, __fn=fn, __label=label, **kwargs):
+            with torch.profiler.record_function(__label):
+                return __fn(*args, **kwargs)
+
+        setattr(obj, name, scoped)
+    try:
+        yield
+    finally:
+        for obj, name, original in reversed(saved):
+            if original is _MISSING:
+                delattr(obj, name)  # the class's method shows through again
+            else:
+                setattr(obj, name, original)
+
+
+def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam: int = 5,
+                 batch_size: int = 100, n_batches: int = 2, row_limit: int = 20) -> dict:
+    """Where our beam search spends its time on the first ``n_batches`` (longest) batches:
+    time per labelled phase, the top operators, and how many decoder rows were computed
+    compared with stopping each sentence right after its 1-best's EOS."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .export import vocabularies
+
+    src_vocab, _ = vocabularies(model, ckpt)
+    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.cfg)
+    batches = make_batches(ids, batch_size, model.cfg, src_vocab)[:n_batches]
+    engine = ours_engine(model, beam)
+    engine(batches[:1])  # warm-up
+    rows_per_step: list[int] = []
+    hook = lambda t, lprobs: rows_per_step.append(lprobs.shape[0])  # noqa: E731
+    start = time.perf_counter()
+    with annotated_search(model), profile(activities=[ProfilerActivity.CPU]) as prof:
+        hyps = []
+        for b in batches:
+            cfg = DecodingConfig(method="beam", beam_size=beam, length_penalty="average",
+                                 max_len_a=0.0, max_len_b=b.max_len)
+            hyps += [h[0].tokens for h in search(model, b.src, cfg, on_step=hook).hypotheses]
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+    labels = list(dict.fromkeys(lbl for _, _, lbl in _labels(model)))  # nesting order
+    totals = {e.key: e.cpu_time_total / 1e6 for e in events}
+    phases = [(lbl, totals[lbl]) for lbl in labels if lbl in totals]
+    ops = sorted(((e.key, e.self_cpu_time_total / 1e6, e.count) for e in events
+                  if e.key not in labels and not e.key.startswith("ProfilerStep")),
+                 key=lambda kv: -kv[1])[:row_limit]
+    needed = beam * sum(len(h) + 1 for h in hyps)
+    return {"batches": len(batches), "sentences": len(hyps), "wall_s": wall,
+            "steps": len(rows_per_step), "decoder_rows": sum(rows_per_step),
+            "decoder_rows_if_stopped_at_best": needed,
+            "mean_best_len": sum(map(len, hyps)) / len(hyps),
+            "max_len": [b.max_len for b in batches],
+            "phases": phases, "ops": ops}
 
 
 # ====================================================================== tables
@@ -704,7 +798,7 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
     ckpt = load_checkpoint(checkpoint)
     meta = ckpt["seq2seq"]
     pair = f"{meta['src_lang']}→{meta['tgt_lang']}"
-    cfg = ckpt_model_cfg(ckpt)
+    cfg = from_dict(ModelConfig, meta["model_config"], "checkpoint model_config")
     env = environment(threads)
     log(f"seq2seq benchmark: {checkpoint} ({pair}, d_model {cfg.d_model}, "
         f"{cfg.encoder_layers}+{cfg.decoder_layers} layers), {threads} thread(s), "
@@ -739,97 +833,9 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
         res = profile_beam(build_model(ckpt), ckpt, texts, beam=beam, batch_size=batch_size)
         log("\n" + profile_report(res, f"Profile: ours beam {beam}, {threads} thread(s)"))
         out["sections"]["profile"] = res
+    out["targets"] = [t for sec in out["sections"].values() for t in sec.get("targets", [])]
+    if out["targets"]:
+        log("\nTargets:")
+        for t in out["targets"]:
+            log(f"  {_fmt(t['pass'])}  {t['target']}: {t['ratio']:.2f} (need >= {t['need']:g})")
     return out
-
-
-# ====================================================================== profiling
-def _labels(model: Seq2Seq) -> list[tuple[Any, str, str]]:
-    """``(object, attribute, label)``: what :func:`annotated_search` wraps, and its label
-    (indented labels run inside the decoder step)."""
-    from . import search as S
-    from .cache import DecoderCache
-
-    out = [(S._DecoderState, "step", "decoder step: decode + log_softmax")]
-    for layer in model.decoder.layers:
-        out += [(layer.self_attn, "project_kv", "  decoder self-attn: K/V of the new token"),
-                (layer.self_attn, "forward", "  decoder self-attn: Q, SDPA, W^O"),
-                (layer.cross_attn, "forward", "  decoder cross-attn: Q, SDPA, W^O"),
-                (layer.ff, "forward", "  decoder feed-forward")]
-    out += [
-        (model.output, "forward", "  output projection (d_model x vocab)"),
-        (S._DecoderState, "select", "search: reorder beams (select)"),
-        (DecoderCache, "reorder", "  cache reorder: index_select of K/V"),
-        (S._Pool, "merge", "search: finished-pool merge"),
-        (S, "_constrain", "search: constrain log-probs (clone + masks)"),
-        (S, "finish_bound", "search: finish bound"),
-        (model, "encode", "encoder"),
-    ]
-    return out
-
-
-_MISSING = object()
-
-
-@contextmanager
-def annotated_search(model: Seq2Seq):
-    """Label the phases of our search for ``torch.profiler`` (``record_function`` scopes)
-    by wrapping search internals and decoder sub-modules for the duration of the block."""
-    saved = []
-    for obj, name, label in _labels(model):
-        fn = getattr(obj, name)  # a function (class, module) or a bound method (instance)
-        shadowing = not isinstance(obj, (type, types.ModuleType))  # instance attribute
-        saved.append((obj, name, _MISSING if shadowing else fn))
-
-        def scoped(*args, __fn=fn, __label=label, **kwargs):
-            with torch.profiler.record_function(__label):
-                return __fn(*args, **kwargs)
-
-        setattr(obj, name, scoped)
-    try:
-        yield
-    finally:
-        for obj, name, original in reversed(saved):
-            if original is _MISSING:
-                delattr(obj, name)  # the class's method shows through again
-            else:
-                setattr(obj, name, original)
-
-
-def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam: int = 5,
-                 batch_size: int = 100, n_batches: int = 2, row_limit: int = 20) -> dict:
-    """Where our beam search spends its time on the first ``n_batches`` (longest) batches:
-    time per labelled phase, the top operators, and how many decoder rows were computed
-    compared with stopping each sentence right after its 1-best's EOS."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from .export import vocabularies
-
-    src_vocab, _ = vocabularies(model, ckpt)
-    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.cfg)
-    batches = make_batches(ids, batch_size, model.cfg, src_vocab)[:n_batches]
-    engine = ours_engine(model, beam)
-    engine(batches[:1])  # warm-up
-    rows_per_step: list[int] = []
-    hook = lambda t, lprobs: rows_per_step.append(lprobs.shape[0])  # noqa: E731
-    start = time.perf_counter()
-    with annotated_search(model), profile(activities=[ProfilerActivity.CPU]) as prof:
-        hyps = []
-        for b in batches:
-            cfg = DecodingConfig(method="beam", beam_size=beam, length_penalty="average",
-                                 max_len_a=0.0, max_len_b=b.max_len)
-            hyps += [h[0].tokens for h in search(model, b.src, cfg, on_step=hook).hypotheses]
-    wall = time.perf_counter() - start
-    events = prof.key_averages()
-    labels = list(dict.fromkeys(lbl for _, _, lbl in _labels(model)))  # nesting order
-    totals = {e.key: e.cpu_time_total / 1e6 for e in events}
-    phases = [(lbl, totals[lbl]) for lbl in labels if lbl in totals]
-    ops = sorted(((e.key, e.self_cpu_time_total / 1e6, e.count) for e in events
-                  if e.key not in labels and not e.key.startswith("ProfilerStep")),
-                 key=lambda kv: -kv[1])[:row_limit]
-    needed = beam * sum(len(h) + 1 for h in hyps)
-    return {"batches": len(batches), "sentences": len(hyps), "wall_s": wall,
-            "steps": len(rows_per_step), "decoder_rows": sum(rows_per_step),
-            "decoder_rows_if_stopped_at_best": needed,
-            "mean_best_len": sum(map(len, hyps)) / len(hyps),
-            "max_len": [b.max_len for b in batches],
-            "phases": phases, "ops": ops}

@@ -83,30 +83,42 @@ def plot_attention(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
 
 
 # ---------------------------------------------------------------- training curves
-def plot_training_curves(history: dict, path: str | os.PathLike) -> Path:
+def plot_training_curves(runs: dict, path: str | os.PathLike) -> Path:
     """Loss (train and validation), validation BLEU and learning rate against step.
 
-    ``history``: ``{"train": [{"step", "loss", "lr"}], "val": [{"step", "val_loss", "val_bleu", ...}]}``
+    ``runs``: one history, or ``{name: history}`` to compare runs on the same axes. A
+    history is ``{"train": [{"step", "loss", "lr"}], "val": [{"step", "val_loss", "val_bleu", ...}]}``
     as recorded by :class:`seq2seq.callbacks.TrainingCurves`.
     """
-    train, val = history.get("train", []), history.get("val", [])
+    if "train" in runs or "val" in runs:
+        runs = {"": runs}
     fig = Figure(figsize=(13, 3.6))
     FigureCanvasAgg(fig)
     ax_loss, ax_bleu, ax_lr = fig.subplots(1, 3)
-    if train:
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train", lw=1)
-        ax_lr.plot([r["step"] for r in train], [r["lr"] for r in train], lw=1)
-    val_loss = [r for r in val if "val_loss" in r]
-    if val_loss:
-        ax_loss.plot([r["step"] for r in val_loss], [r["val_loss"] for r in val_loss], "o-", label="validation")
-    val_bleu = [r for r in val if "val_bleu" in r]
-    if val_bleu:
-        ax_bleu.plot([r["step"] for r in val_bleu], [r["val_bleu"] for r in val_bleu], "o-")
-    for ax, title in ((ax_loss, "loss (label-smoothed CE)"), (ax_bleu, "validation BLEU (greedy)"), (ax_lr, "learning rate")):
+    for i, (name, history) in enumerate(runs.items()):
+        color = f"C{i}"
+        train, val = history.get("train", []), history.get("val", [])
+        label = f"{name} " if name else ""
+        if train:
+            steps = [r["step"] for r in train]
+            ax_loss.plot(steps, [r["loss"] for r in train], color=color, lw=1, alpha=0.6, label=f"{label}train")
+            ax_lr.plot(steps, [r["lr"] for r in train], color=color, lw=1, label=name or None)
+        val_loss = [r for r in val if "val_loss" in r]
+        if val_loss:
+            ax_loss.plot([r["step"] for r in val_loss], [r["val_loss"] for r in val_loss], "o-",
+                         color=color, label=f"{label}validation")
+        val_bleu = [r for r in val if "val_bleu" in r]
+        if val_bleu:
+            ax_bleu.plot([r["step"] for r in val_bleu], [r["val_bleu"] for r in val_bleu], "o-",
+                         color=color, label=name or None)
+    for ax, title in ((ax_loss, "loss (label-smoothed CE)"), (ax_bleu, "validation BLEU (greedy)"),
+                      (ax_lr, "learning rate")):
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    ax_loss.legend()
+    ax_loss.legend(fontsize=7)
+    if len(runs) > 1:
+        ax_bleu.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from seq2seq import benchmark as B
-from seq2seq.config import ModelConfig, TokenizerConfig, to_dict
-from seq2seq.data import collate, read_lines
+from seq2seq.batch import collate
+from seq2seq.checkpoint import save_model
+from seq2seq.config import ModelConfig, TokenizerConfig
+from seq2seq.data import read_lines
 from seq2seq.model import Seq2Seq
 from seq2seq.tokenizer import Tokenizer, TokenizerPair
 
@@ -25,17 +27,15 @@ HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    """A random d_model-32 model and a 100-piece joint tokenizer, saved as a checkpoint."""
+    """A random d_model-32 model (max_positions 32: short decodes) and a 100-piece joint
+    tokenizer, saved as an inference checkpoint."""
     texts = read_lines(DATA / "train.de.gz")[:200] + read_lines(DATA / "train.en.gz")[:200]
     tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=100, num_threads=1))
-    pair = TokenizerPair(tok, tok)
     torch.manual_seed(0)
     model = Seq2Seq(ModelConfig(src_vocab_size=100, tgt_vocab_size=100, d_model=32, n_heads=4,
                                 d_ff=64, encoder_layers=2, decoder_layers=1, max_positions=32))
     path = tmp_path_factory.mktemp("bench") / "tiny.ckpt"
-    torch.save({"seq2seq": {"format": 1, "model_config": to_dict(model.cfg),
-                            "tokenizers": pair.to_state(), "src_lang": "de", "tgt_lang": "en"},
-                "state_dict": {"model." + k: v for k, v in model.state_dict().items()}}, path)
+    save_model(path, model, TokenizerPair(tok, tok), "de", "en")
     return path
 
 
@@ -50,12 +50,12 @@ def test_measure_warms_up_then_takes_the_median():
 def test_batches_are_sorted_and_share_one_length_limit(ckpt):
     ck = B.load_checkpoint(ckpt)
     model = B.build_model(ck)
-    ids = [[5] * n + [3] for n in (3, 9, 1, 6, 4)]
+    ids = [[5] * n for n in (3, 9, 1, 6, 4)]  # collate_src appends EOS (3)
     src_vocab = [f"p{i}" for i in range(100)]
     batches = B.make_batches(ids, 2, model.cfg, src_vocab)
     assert [b.src.shape for b in batches] == [(2, 10), (2, 5), (1, 2)]
     assert [b.max_len for b in batches] == [22, 16, 12]  # floor(1.2 * longest + 10)
-    assert B.make_batches([[5] * 30 + [3]], 1, model.cfg, src_vocab)[0].max_len == 31  # capped
+    assert B.make_batches([[5] * 30], 1, model.cfg, src_vocab)[0].max_len == 31  # capped
     assert batches[0].pieces[1] == ["p5"] * 6 + ["p3"]  # unpadded, as CTranslate2 takes them
 
 
