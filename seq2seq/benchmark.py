@@ -184,12 +184,13 @@ def make_batches(ids: Sequence[Sequence[int]], batch_size: int, cfg: ModelConfig
 
 
 def ours_engine(model: Seq2Seq, beam: int = 1, use_cache: bool = True,
-                force_length: int | None = None) -> Engine:
+                force_length: int | None = None, stopping: str = "heuristic") -> Engine:
     def run(batches: Sequence[DecodeBatch]) -> list[list[int]]:
         hyps = []
         for b in batches:
             cfg = DecodingConfig(method="beam" if beam > 1 else "greedy", beam_size=max(beam, 1),
-                                 length_penalty="average", max_len_a=0.0, max_len_b=b.max_len)
+                                 length_penalty="average", max_len_a=0.0, max_len_b=b.max_len,
+                                 stopping=stopping)
             result = search(model, b.src, cfg, use_cache=use_cache, force_length=force_length)
             hyps += [h[0].tokens for h in result.hypotheses]
         return hyps
@@ -358,11 +359,13 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
                                subset, force_length, repeats, log=log)
         log(f"  timing ours beam {beam} ...")
         ours_beam = decode_row("ours", f"beam {beam}", ours_engine(model, beam), batches, repeats)
+        ours_exact = decode_row("ours", f"beam {beam}, exact stop",
+                                ours_engine(model, beam, stopping="exact"), batches, repeats)
+        reference = {"greedy": ours_greedy, f"beam {beam}": ours_beam, f"beam {beam}, exact stop": ours_exact}
         for (name, search_name), engine in peers.items():
             log(f"  timing {name} {search_name} ...")
-            reference = ours_greedy if search_name == "greedy" else ours_beam
-            rows.append(decode_row(name, search_name, engine, batches, repeats, reference))
-        rows.append(ours_beam)
+            rows.append(decode_row(name, search_name, engine, batches, repeats, reference[search_name]))
+        rows += [ours_beam, ours_exact]
     # Greedy rows first, ours first within each search (sort is stable).
     rows.sort(key=lambda r: (r["search"].startswith("beam"), not r["engine"].startswith("ours")))
 
@@ -381,11 +384,11 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
         f"threads: {threads} for all (torch.set_num_threads; CTranslate2 intra_threads={threads}, "
         "inter_threads=1)",
         "beam: score / length ranks hypotheses (ours length_penalty='average', HF and CTranslate2 "
-        "length_penalty=1). Stopping differs: ours stops a sentence when no live beam can beat "
-        "its best finished one even at max length (exact); HF's default (early_stopping=False) "
-        "assumes the current length (a heuristic; the target row); 'exact stop' is HF with "
-        "early_stopping='never', the same rule as ours; CTranslate2 stops once beam-size "
-        "hypotheses have finished (patience 1)",
+        "length_penalty=1). 'beam k' rows stop heuristically: ours stopping='heuristic' and HF's "
+        "default early_stopping=False both assume the best live beam ends now; CTranslate2 "
+        "stops once beam-size hypotheses have finished (patience 1). 'exact stop' rows stop a "
+        "sentence only when no live beam can beat its best finished one even at max length: "
+        "ours stopping='exact' (the default) and HF early_stopping='never'",
         "ours ÷ this: sentences/s of our matching cached engine (same search, same set) over "
         "this row's; tok/s counts 1-best output tokens, EOS excluded",
         "agree %: sentences whose 1-best equals ours (same search; 'no cache' rows: ours cached)",

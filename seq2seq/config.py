@@ -118,6 +118,10 @@ class DecodingConfig:
     max_len_a: float = 1.2  # max target length = a * |src| + b
     max_len_b: int = 10
     min_len: int = 0
+    # beam: "exact" stops a sentence only when no live hypothesis can beat its n-th best
+    # finished one; "heuristic" assumes live ones end now (HF generate's default): faster,
+    # and usually the same output
+    stopping: Literal["exact", "heuristic"] = "exact"
     temperature: float = 1.0
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off

@@ -304,6 +304,8 @@ def finish_bound(best_live: Tensor, t: int, max_len: Tensor, cfg: DecodingConfig
     """
     if force_length is not None:  # every hypothesis has exactly force_length tokens
         lo = hi = torch.full_like(max_len, force_length)
+    elif cfg.stopping == "heuristic":  # as if the best live hypothesis ended now: not a bound
+        lo = hi = torch.full_like(max_len, t + 1)
     else:
         lo, hi = torch.full_like(max_len, t + 2).minimum(max_len + 1), max_len + 1
     lp = torch.maximum(

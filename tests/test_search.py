@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import replace
@@ -194,6 +195,23 @@ def test_early_stop_is_exact(penalty, alpha):
             saved += sum(len(s) for s in full_steps) - sum(len(s) for s in early_steps)
     if penalty in ("none", "gnmt"):
         assert saved > 0  # and the bound does stop sentences early
+
+
+def test_heuristic_stopping_is_faster_and_never_better():
+    """``stopping="heuristic"`` follows the same beams but may stop sooner: it never does more
+    steps, and its 1-best can only score lower or equal (the exact run sees a superset)."""
+    saved = 0
+    for seed in range(8):
+        model, src = Bigram.random(seed), torch.randint(4, 24, (6, 10))
+        src[::2, 3:] = PAD
+        exact_cfg = dcfg(method="beam", beam_size=4, length_penalty="average", max_len_b=12)
+        exact, exact_steps = recorded(beam_search, model, src, exact_cfg)
+        fast, fast_steps = recorded(beam_search, model, src, dataclasses.replace(exact_cfg, stopping="heuristic"))
+        for e, f in zip(exact.hypotheses, fast.hypotheses):
+            assert f[0].normalized <= e[0].normalized + 1e-6
+        assert sum(map(len, fast_steps)) <= sum(map(len, exact_steps))
+        saved += sum(map(len, exact_steps)) - sum(map(len, fast_steps))
+    assert saved > 0
 
 
 def test_finish_bound_is_an_upper_bound():
