@@ -65,6 +65,13 @@ class TrainingCurves(L.Callback):
         self.history = json.loads(state_dict["history"])
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        self._write(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if trainer.world_size == 1:  # Ctrl-C or a crash: keep the curves so far
+            self._write(trainer)
+
+    def _write(self, trainer) -> None:
         out = Path(trainer.log_dir or trainer.default_root_dir)  # a collective: every rank asks
         if not trainer.is_global_zero:
             return
