@@ -215,3 +215,15 @@ def test_cli_trains_with_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     ckpt = load_checkpoint(tmp_path / "ckpt" / "last.ckpt")
     assert ckpt["global_step"] == 6
     assert (tmp_path / "lightning_logs" / "version_0" / "curves.png").stat().st_size > 1000
+
+
+def test_average_cli_picks_the_newest_or_the_best(tmp_path):
+    from seq2seq.cli.average import select
+
+    for name in ("step000250.ckpt", "step001000.ckpt", "step000500.ckpt", "last.ckpt",
+                 "step000300-bleu20.50.ckpt", "step000600-bleu19.00.ckpt", "step000900-bleu22.10.ckpt"):
+        (tmp_path / name).touch()
+    newest = [p.name for p in select(tmp_path, last=2, best=None)]
+    assert newest == ["step000900-bleu22.10.ckpt", "step001000.ckpt"]
+    best = [p.name for p in select(tmp_path, last=None, best=2)]
+    assert best == ["step000300-bleu20.50.ckpt", "step000900-bleu22.10.ckpt"]
