@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.cli import LightningCLI
 
@@ -60,6 +61,10 @@ def main(args: list[str] | None = None) -> None:
         save_config_kwargs={"overwrite": True},
         args=args,
     )
+    # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
+    # "terminate called without an active exception".
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
