@@ -422,29 +422,28 @@ def ct2_spec(
             return
         stack_spec.position_encodings.encodings = _np(embed.positions)
 
-    embeddings(encoder, model.src_embed)
-    for s, layer in zip(encoder.layer, model.encoder.layers):
+    def self_attention_and_ffn(s, layer, attn_norm) -> None:
+        """The sublayers encoder and decoder layers share."""
         fused_qkv(s.self_attention.linear[0], layer.self_attn)
         linear(s.self_attention.linear[1], layer.self_attn.w_o)
-        norm(s.self_attention.layer_norm, layer.attn_block.norm)
+        norm(s.self_attention.layer_norm, attn_norm)
         linear(s.ffn.linear_0, layer.ff.w1)
         linear(s.ffn.linear_1, layer.ff.w2)
         norm(s.ffn.layer_norm, layer.ff_block.norm)
+
+    embeddings(encoder, model.src_embed)
+    for s, layer in zip(encoder.layer, model.encoder.layers):
+        self_attention_and_ffn(s, layer, layer.attn_block.norm)
     if pre:
         norm(encoder.layer_norm, model.encoder.final_norm)
 
     embeddings(decoder, model.tgt_embed)
     for s, layer in zip(decoder.layer, model.decoder.layers):
-        fused_qkv(s.self_attention.linear[0], layer.self_attn)
-        linear(s.self_attention.linear[1], layer.self_attn.w_o)
-        norm(s.self_attention.layer_norm, layer.self_block.norm)
+        self_attention_and_ffn(s, layer, layer.self_block.norm)
         linear(s.attention.linear[0], layer.cross_attn.w_q)
         linear(s.attention.linear[1], layer.cross_attn.w_kv)  # K rows then V rows, as CT2's
         linear(s.attention.linear[2], layer.cross_attn.w_o)
         norm(s.attention.layer_norm, layer.cross_block.norm)
-        linear(s.ffn.linear_0, layer.ff.w1)
-        linear(s.ffn.linear_1, layer.ff.w2)
-        norm(s.ffn.layer_norm, layer.ff_block.norm)
     if pre:
         norm(decoder.layer_norm, model.decoder.final_norm)
     decoder.projection.weight = _np(model.output.weight)
