@@ -100,12 +100,20 @@ def build_model(ckpt: dict[str, Any]) -> Seq2Seq:
     return model.eval()
 
 
-def average(paths: list[str | os.PathLike], output: str | os.PathLike) -> dict[str, Any]:
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def average(paths: list[str | os.PathLike], output: str | os.PathLike,
+            dtype: str | None = None) -> dict[str, Any]:
     """Average the weights of ``paths`` (same config and tokenizers) into ``output``.
 
     The result keeps the metadata of the last checkpoint and drops training state, so
     it is an inference checkpoint (resuming from it starts a fresh optimizer).
+    ``dtype`` (a key of ``STORAGE_DTYPES``) stores the floating-point weights in that
+    precision, e.g. ``float16`` halves the file; :func:`build_model` computes in fp32 again.
     """
+    if dtype is not None and dtype not in STORAGE_DTYPES:
+        raise CheckpointError(f"average: dtype must be one of {list(STORAGE_DTYPES)}, got {dtype!r}")
     if not paths:
         raise CheckpointError("average: no checkpoints given")
     ckpts = [load_checkpoint(p) for p in paths]
@@ -118,7 +126,8 @@ def average(paths: list[str | os.PathLike], output: str | os.PathLike) -> dict[s
     avg = {}
     for key, value in states[-1].items():
         if value.is_floating_point():
-            avg[key] = sum(s[key].double() for s in states).div(len(states)).to(value.dtype)
+            store = STORAGE_DTYPES[dtype] if dtype else value.dtype
+            avg[key] = sum(s[key].double() for s in states).div(len(states)).to(store)
         else:
             avg[key] = value
     out = {"seq2seq": {**first, "averaged_from": [str(p) for p in paths]}, "state_dict": avg}

@@ -217,6 +217,25 @@ def test_cli_trains_with_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     assert (tmp_path / "lightning_logs" / "version_0" / "curves.png").stat().st_size > 1000
 
 
+def test_half_precision_checkpoint_is_the_rounded_model_in_half_the_bytes(small_corpus, tmp_path):
+    fit(small_corpus, tmp_path, max_steps=2, every=2)
+    full = tmp_path / "epoch=0-step=2.ckpt"
+    average([full], tmp_path / "fp32.ckpt")
+    average([full], tmp_path / "fp16.ckpt", dtype="float16")
+    ref, half = build_model(load_checkpoint(tmp_path / "fp32.ckpt")), build_model(load_checkpoint(tmp_path / "fp16.ckpt"))
+    for (name, w), w16 in zip(ref.state_dict().items(), half.state_dict().values()):
+        assert w16.dtype == w.dtype, name  # computes in the model's precision again
+        torch.testing.assert_close(w16, w.half().float(), rtol=0, atol=0)
+    src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 9, 11]])
+    torch.testing.assert_close(half(src, tgt), ref(src, tgt), rtol=0, atol=5e-2)
+    # the file shrinks by 2 bytes per stored float (the tokenizer bytes stay)
+    stored = sum(v.numel() for v in load_checkpoint(full)["state_dict"].values() if v.is_floating_point())
+    saved = (tmp_path / "fp32.ckpt").stat().st_size - (tmp_path / "fp16.ckpt").stat().st_size
+    assert 0.95 * 2 * stored < saved < 1.05 * 2 * stored
+    with pytest.raises(CheckpointError, match="dtype must be one of"):
+        average([full], tmp_path / "x.ckpt", dtype="int8")
+
+
 def test_average_cli_picks_the_newest_or_the_best(tmp_path):
     from seq2seq.cli.average import select
 

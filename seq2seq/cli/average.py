@@ -3,6 +3,7 @@
     seq2seq-average -o avg.ckpt a.ckpt b.ckpt ...
     seq2seq-average -o avg.ckpt --last 10 runs/X/checkpoints     # the 10 newest step checkpoints
     seq2seq-average -o avg.ckpt --best 5 runs/X/checkpoints      # the 5 with the highest val BLEU
+    seq2seq-average -o small.ckpt --dtype float16 a.ckpt         # one checkpoint, half the size
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, average
+from ..checkpoint import STORAGE_DTYPES, CheckpointError, average
 
 _BLEU = re.compile(r"bleu(\d+(?:\.\d+)?)")
 _STEP = re.compile(r"step(\d+)")
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--last", type=int, help="average the N checkpoints with the highest step")
     group.add_argument("--best", type=int, help="average the N checkpoints with the highest val BLEU")
+    ap.add_argument("--dtype", choices=list(STORAGE_DTYPES),
+                    help="store the weights in this precision (default: as the inputs)")
     args = ap.parse_args(argv)
     paths = [Path(p) for p in args.inputs]
     if args.last or args.best:
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--last/--best take exactly one folder of checkpoints")
         paths = select(paths[0], args.last, args.best)
     try:
-        average(paths, args.output)
+        average(paths, args.output, args.dtype)
     except CheckpointError as e:
         print(f"seq2seq-average: error: {e}", file=sys.stderr)
         sys.exit(2)
