@@ -123,13 +123,16 @@ def average(paths: list[str | os.PathLike], output: str | os.PathLike,
         if meta["model_config"] != first["model_config"] or meta["tokenizers"] != first["tokenizers"]:
             raise CheckpointError(f"average: {p} has another model config or tokenizer than {paths[-1]}")
     states = [c["state_dict"] for c in ckpts]
-    avg = {}
+    avg, done = {}, {}  # done: storage -> its average, so tied weights stay one tensor in the file
     for key, value in states[-1].items():
-        if value.is_floating_point():
-            store = STORAGE_DTYPES[dtype] if dtype else value.dtype
-            avg[key] = sum(s[key].double() for s in states).div(len(states)).to(store)
-        else:
+        if not value.is_floating_point():
             avg[key] = value
+            continue
+        shared = (value.untyped_storage().data_ptr(), value.storage_offset(), value.shape)
+        if shared not in done:
+            store = STORAGE_DTYPES[dtype] if dtype else value.dtype
+            done[shared] = sum(s[key].double() for s in states).div(len(states)).to(store)
+        avg[key] = done[shared]
     out = {"seq2seq": {**first, "averaged_from": [str(p) for p in paths]}, "state_dict": avg}
     save_atomic(out, output)
     return out

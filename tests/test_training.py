@@ -135,6 +135,10 @@ def test_average_of_identical_checkpoints_is_the_same_model(small_corpus, tmp_pa
     for key, value in wb.items():
         torch.testing.assert_close(same[key], value)
         torch.testing.assert_close(out["state_dict"][key], (wa[key] + value) / 2)
+    # tied embeddings stay one tensor in the file (not one copy per name)
+    tied = [load_checkpoint(tmp_path / "avg.ckpt")["state_dict"][f"model.{k}.weight"].data_ptr()
+            for k in ("src_embed.tokens", "tgt_embed.tokens", "output")]
+    assert len(set(tied)) == 1
     assert build_model(load_checkpoint(tmp_path / "avg.ckpt")) is not None
 
 
@@ -229,7 +233,8 @@ def test_half_precision_checkpoint_is_the_rounded_model_in_half_the_bytes(small_
     src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 9, 11]])
     torch.testing.assert_close(half(src, tgt), ref(src, tgt), rtol=0, atol=5e-2)
     # the file shrinks by 2 bytes per stored float (the tokenizer bytes stay)
-    stored = sum(v.numel() for v in load_checkpoint(full)["state_dict"].values() if v.is_floating_point())
+    weights = load_checkpoint(full)["state_dict"].values()
+    stored = sum({v.data_ptr(): v.numel() for v in weights if v.is_floating_point()}.values())
     saved = (tmp_path / "fp32.ckpt").stat().st_size - (tmp_path / "fp16.ckpt").stat().st_size
     assert 0.95 * 2 * stored < saved < 1.05 * 2 * stored
     with pytest.raises(CheckpointError, match="dtype must be one of"):
