@@ -136,8 +136,8 @@ def test_average_of_identical_checkpoints_is_the_same_model(small_corpus, tmp_pa
         torch.testing.assert_close(same[key], value)
         torch.testing.assert_close(out["state_dict"][key], (wa[key] + value) / 2)
     # tied embeddings stay one tensor in the file (not one copy per name)
-    tied = [load_checkpoint(tmp_path / "avg.ckpt")["state_dict"][f"model.{k}.weight"].data_ptr()
-            for k in ("src_embed.tokens", "tgt_embed.tokens", "output")]
+    saved = load_checkpoint(tmp_path / "avg.ckpt")["state_dict"]
+    tied = [saved[f"model.{k}.weight"].data_ptr() for k in ("src_embed.tokens", "tgt_embed.tokens", "output")]
     assert len(set(tied)) == 1
     assert build_model(load_checkpoint(tmp_path / "avg.ckpt")) is not None
 
