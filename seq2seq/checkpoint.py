@@ -44,6 +44,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -133,6 +134,8 @@ def average(paths: list[str | os.PathLike], output: str | os.PathLike,
             store = STORAGE_DTYPES[dtype] if dtype else value.dtype
             done[shared] = sum(s[key].double() for s in states).div(len(states)).to(store)
         avg[key] = done[shared]
-    out = {"seq2seq": {**first, "averaged_from": [str(p) for p in paths]}, "state_dict": avg}
+    # converting one averaged checkpoint (e.g. to float16) keeps the list it came from
+    sources = first.get("averaged_from") if len(paths) == 1 else None
+    out = {"seq2seq": {**first, "averaged_from": sources or [str(p) for p in paths]}, "state_dict": avg}
     save_atomic(out, output)
     return out

@@ -121,6 +121,7 @@ def test_checkpoint_is_self_contained_and_loads_weights_only(small_corpus, tmp_p
     src = torch.tensor([[5, 6, 7, 3]])
     module.model.eval()
     torch.testing.assert_close(model(src, torch.tensor([[2, 9]])), module.model(src, torch.tensor([[2, 9]])))
+    assert path.stat().st_mode & 0o044 == 0o044  # readable like any file, not owner-only
     # no leftover temporary files from the atomic writes
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -225,7 +226,7 @@ def test_half_precision_checkpoint_is_the_rounded_model_in_half_the_bytes(small_
     fit(small_corpus, tmp_path, max_steps=2, every=2)
     full = tmp_path / "epoch=0-step=2.ckpt"
     average([full], tmp_path / "fp32.ckpt")
-    average([full], tmp_path / "fp16.ckpt", dtype="float16")
+    average([tmp_path / "fp32.ckpt"], tmp_path / "fp16.ckpt", dtype="float16")  # a conversion
     ref, half = build_model(load_checkpoint(tmp_path / "fp32.ckpt")), build_model(load_checkpoint(tmp_path / "fp16.ckpt"))
     for (name, w), w16 in zip(ref.state_dict().items(), half.state_dict().values()):
         assert w16.dtype == w.dtype, name  # computes in the model's precision again
@@ -237,6 +238,7 @@ def test_half_precision_checkpoint_is_the_rounded_model_in_half_the_bytes(small_
     stored = sum({v.data_ptr(): v.numel() for v in weights if v.is_floating_point()}.values())
     saved = (tmp_path / "fp32.ckpt").stat().st_size - (tmp_path / "fp16.ckpt").stat().st_size
     assert 0.95 * 2 * stored < saved < 1.05 * 2 * stored
+    assert load_checkpoint(tmp_path / "fp16.ckpt")["seq2seq"]["averaged_from"] == [str(full)]
     with pytest.raises(CheckpointError, match="dtype must be one of"):
         average([full], tmp_path / "x.ckpt", dtype="int8")
 
