@@ -37,6 +37,7 @@ def test_shipped_model_reproduces_its_evaluation(record):
     refs = read_lines(ROOT / record["reference"])
     scores = all_scores(translator.translate(src), refs)
     for name in ("BLEU", "BLEU-lc-tok", "chrF"):
-        # same decoding, same weights: only float summation order may differ across CPUs
-        assert scores[name].score == pytest.approx(record[name]["score"], abs=0.1), name
+        # same decoding, same weights; another CPU's kernels may sum floats in another order
+        # and flip a near-tie in a few sentences, hence a small tolerance
+        assert scores[name].score == pytest.approx(record[name]["score"], abs=0.3), name
         assert scores[name].signature == record[name]["signature"]
