@@ -33,6 +33,12 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, corrupt or not ours (one-line message)."""
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``:
     a crash leaves either the old file or the new one, never half of one."""
@@ -44,7 +50,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a checkpoint is an ordinary file
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it open()'s mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
