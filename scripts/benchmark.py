@@ -21,7 +21,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from seq2seq import benchmark as B  # noqa: E402
+from scripts.bench import core as B  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

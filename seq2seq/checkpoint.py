@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .config import ModelConfig, from_dict, to_dict
-from .model import Seq2Seq
+from seq2seq.config import ModelConfig, from_dict, to_dict
+from seq2seq.model import Seq2Seq
 
 FORMAT = 1
 PREFIX = "model."  # the LightningModule holds the Seq2Seq as ``self.model``

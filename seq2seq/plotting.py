@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from .model import Attentions
+from seq2seq.model import Attentions
 
 
 # ---------------------------------------------------------------- attention
@@ -88,7 +88,7 @@ def plot_training_curves(runs: dict, path: str | os.PathLike) -> Path:
 
     ``runs``: one history, or ``{name: history}`` to compare runs on the same axes. A
     history is ``{"train": [{"step", "loss", "lr"}], "val": [{"step", "val_loss", "val_bleu", ...}]}``
-    as recorded by :class:`seq2seq.callbacks.TrainingCurves`.
+    as recorded by :class:`seq2seq.training.callbacks.TrainingCurves`.
     """
     if "train" in runs or "val" in runs:
         runs = {"": runs}

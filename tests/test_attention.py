@@ -1,4 +1,4 @@
-"""Properties of scaled dot-product attention and its masks (``seq2seq.attention``)."""
+"""Properties of scaled dot-product attention and its masks (``seq2seq.model.attention``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.attention import (
+from seq2seq.model.attention import (
     attention,
     causal_mask,
     lengths_mask,

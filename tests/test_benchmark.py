@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq import benchmark as B
-from seq2seq.batch import collate
+from scripts.bench import core as B
+from seq2seq.data.batch import collate
 from seq2seq.checkpoint import save_model
 from seq2seq.config import ModelConfig, TokenizerConfig
-from seq2seq.data import read_lines
+from seq2seq.data.sources import read_lines
 from seq2seq.model import Seq2Seq
-from seq2seq.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"

@@ -14,19 +14,19 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
-from seq2seq import data as D
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data import (
+from seq2seq.data import cache, prepare, sources
+from seq2seq.data.batch import Batch, collate
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.sampler import TokenBudgetSampler
+from seq2seq.data.sources import (
     MULTI30K_LANGS,
     MULTI30K_SPLITS,
-    Batch,
-    Seq2SeqDataModule,
-    TokenBudgetSampler,
-    collate,
     load_split,
     read_lines,
     resolve_corpus,
 )
+from seq2seq.data.tokenizer import Tokenizer
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multi30k"
 N_TRAIN, N_VAL = 2000, 200
@@ -146,22 +146,22 @@ def test_formats_give_identical_examples(tmp_path, caplog):
 
 def test_tokenized_formats_identical(tmp_path):
     cfgs = _write_formats(tmp_path)
-    pair = D.train_tokenizers(load_split(cfgs["text"], "train"), TokenizerConfig(vocab_size=40))
-    rows = [D.tokenized_split(cfg, "train", pair, train=True)[:] for cfg in cfgs.values()]
+    pair = prepare.train_tokenizers(load_split(cfgs["text"], "train"), TokenizerConfig(vocab_size=40))
+    rows = [prepare.tokenized_split(cfg, "train", pair, train=True)[:] for cfg in cfgs.values()]
     assert rows[0] == rows[1] == rows[2]
 
 
 def test_hub_path_same_examples(tmp_path, monkeypatch):
     """The hub branch, offline: a stand-in for ``load_dataset`` with WMT-style records."""
     records = [{"de": s, "en": t} for s, t in PAIRS]
-    hub = D.datasets.Dataset.from_dict({"translation": records, "n": list(range(len(PAIRS)))})
+    hub = sources.datasets.Dataset.from_dict({"translation": records, "n": list(range(len(PAIRS)))})
     calls = []
 
     def fake_load_dataset(name, config, split, cache_dir):
         calls.append((name, config, split))
         return hub
 
-    monkeypatch.setattr(D.datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(sources.datasets, "load_dataset", fake_load_dataset)
     cfg = DataConfig(
         corpus=None,
         format="hub",
@@ -175,16 +175,16 @@ def test_hub_path_same_examples(tmp_path, monkeypatch):
     ds = load_split(cfg, "train")
     assert list(zip(ds["src"], ds["tgt"], strict=True)) == EXPECTED
     assert calls[0] == ("org/wmt", "de-en", "train")
-    assert "hub:org/wmt/de-en[train]" == D.describe_split(cfg, "train")
-    assert D.split_fingerprint(cfg, "train") == D.split_fingerprint(cfg, "train")
+    assert "hub:org/wmt/de-en[train]" == sources.describe_split(cfg, "train")
+    assert cache.split_fingerprint(cfg, "train") == cache.split_fingerprint(cfg, "train")
 
 
 def test_num_proc_gives_same_tokens(tmp_path):
     cfgs = _write_formats(tmp_path)
     raw = load_split(cfgs["text"], "train")
-    pair = D.train_tokenizers(raw, TokenizerConfig(vocab_size=40))
-    one = D.tokenize_pairs(raw, pair)
-    two = D.tokenize_pairs(raw, pair, num_proc=2)  # the tokenizer is pickled to workers
+    pair = prepare.train_tokenizers(raw, TokenizerConfig(vocab_size=40))
+    one = prepare.tokenize_pairs(raw, pair)
+    two = prepare.tokenize_pairs(raw, pair, num_proc=2)  # the tokenizer is pickled to workers
     assert one[:] == two[:]
 
 
@@ -206,7 +206,7 @@ def test_mismatched_line_counts(tmp_path):
     (tmp_path / "a.de").write_text("eins\nzwei\ndrei\n")
     (tmp_path / "a.en").write_text("one\ntwo\n")
     with pytest.raises(ValueError) as exc:
-        D.load_text_pair(tmp_path / "a.de", tmp_path / "a.en")
+        sources.load_text_pair(tmp_path / "a.de", tmp_path / "a.en")
     msg = one_line(exc)
     assert all(s in msg for s in ("a.de", "a.en", "3", "2"))
 
@@ -224,11 +224,11 @@ def test_invalid_utf8_names_line(tmp_path, suffix):
 def test_bad_tsv_and_jsonl_lines(tmp_path):
     (tmp_path / "x.tsv").write_text("a\tb\nc\td\te\n")
     with pytest.raises(ValueError) as exc:
-        D.load_tsv(tmp_path / "x.tsv")
+        sources.load_tsv(tmp_path / "x.tsv")
     assert "x.tsv:2:" in one_line(exc)
     (tmp_path / "x.jsonl").write_text('{"src": "a", "tgt": "b"}\n{"src": "c"}\n')
     with pytest.raises(ValueError) as exc:
-        D.load_jsonl(tmp_path / "x.jsonl")
+        sources.load_jsonl(tmp_path / "x.jsonl")
     assert "x.jsonl:2:" in one_line(exc) and "'tgt'" in str(exc.value)
 
 
@@ -236,7 +236,7 @@ def test_empty_after_filtering(tmp_path, small):
     (tmp_path / "e.de").write_text("\n  \nein\n")
     (tmp_path / "e.en").write_text("a\nb\n\n")
     with pytest.raises(ValueError) as exc:
-        D.clean_pairs(D.load_text_pair(tmp_path / "e.de", tmp_path / "e.en"), "e.de + e.en")
+        sources.clean_pairs(sources.load_text_pair(tmp_path / "e.de", tmp_path / "e.en"), "e.de + e.en")
     assert "e.de" in one_line(exc) and "no sentence pairs left" in str(exc.value)
     cfg = small_cfg(small, tmp_path / "cache", max_len=2)  # nothing fits
     with pytest.raises(ValueError) as exc:
@@ -254,8 +254,8 @@ def test_second_prepare_reuses_cache(tmp_path, small, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("cache miss: retrained or re-tokenized")
 
-    monkeypatch.setattr(D.Tokenizer, "train", boom)
-    monkeypatch.setattr(D, "tokenize_pairs", boom)
+    monkeypatch.setattr(Tokenizer, "train", boom)
+    monkeypatch.setattr(prepare, "tokenize_pairs", boom)
     second = Seq2SeqDataModule(small_cfg(small, tmp_path / "cache"))
     second.prepare_data()
     second.setup("fit")
@@ -271,14 +271,14 @@ def test_second_prepare_reuses_cache(tmp_path, small, monkeypatch):
 
 def test_cache_key_follows_content(tmp_path, small):
     cfg = small_cfg(small, tmp_path / "cache")
-    before = D.tokenizer_cache_dir(cfg)
+    before = prepare.tokenizer_cache_dir(cfg)
     copy = tmp_path / "train.de"
     copy.write_bytes((small / "train.de").read_bytes())
     moved = small_cfg(small, tmp_path / "cache", train_src=str(copy))
-    assert D.tokenizer_cache_dir(moved) == before  # same content, other path: same key
+    assert prepare.tokenizer_cache_dir(moved) == before  # same content, other path: same key
     with copy.open("a") as f:
         f.write("Noch ein Satz.\n")
-    assert D.tokenizer_cache_dir(moved) != before
+    assert prepare.tokenizer_cache_dir(moved) != before
 
 
 def test_separate_vocabularies(tmp_path, small):
@@ -288,7 +288,7 @@ def test_separate_vocabularies(tmp_path, small):
     dm.setup("fit")
     assert not dm.tokenizers.joint
     assert dm.src_vocab_size == dm.tgt_vocab_size == 600
-    assert sorted(p.name for p in D.tokenizer_cache_dir(cfg).glob("*.model")) == [
+    assert sorted(p.name for p in prepare.tokenizer_cache_dir(cfg).glob("*.model")) == [
         "src.model",
         "tgt.model",
     ]

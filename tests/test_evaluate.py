@@ -18,8 +18,8 @@ from helpers import save_tiny_checkpoint
 from seq2seq.cli import evaluate as cli
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.metrics import all_scores
-from seq2seq.tokenizer import Tokenizer, TokenizerPair
-from seq2seq.translate import Translator
+from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.decoding.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"
@@ -237,7 +237,7 @@ def test_file_names_tell_checkpoints_apart():
 
 
 def test_constants_agree_with_data():
-    from seq2seq.data import MULTI30K_LANGS, MULTI30K_SPLITS
+    from seq2seq.data.sources import MULTI30K_LANGS, MULTI30K_SPLITS
 
     assert cli.MULTI30K_LANGS == MULTI30K_LANGS
     assert set(cli.EVAL_SPLITS) == set(MULTI30K_SPLITS) - {"train"}

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from seq2seq import export as E
 from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
-from seq2seq.layers import sinusoidal_table
+from seq2seq.model.layers import sinusoidal_table
 from seq2seq.model import Seq2Seq
-from seq2seq.search import greedy
+from seq2seq.decoding.search import greedy
 
 V = 60
 PAD, BOS, EOS = 0, 2, 3
@@ -289,7 +289,7 @@ def _texts(n: int = 300) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    tok = pytest.importorskip("seq2seq.tokenizer")
+    tok = pytest.importorskip("seq2seq.data.tokenizer")
     t = tok.Tokenizer.train(_texts(), TokenizerConfig(vocab_size=V, num_threads=1))
     return tok.TokenizerPair(t, t)
 

@@ -1,5 +1,5 @@
-"""Properties of the layers and the encoder-decoder (``seq2seq.layers``, ``seq2seq.model``,
-``seq2seq.cache``, ``seq2seq.config``)."""
+"""Properties of the layers and the encoder-decoder (``seq2seq.model.layers``, ``seq2seq.model.transformer``,
+``seq2seq.model.cache``, ``seq2seq.config``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 import yaml
 from torch import nn
 
-from seq2seq.attention import causal_mask
+from seq2seq.model.attention import causal_mask
 from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
-from seq2seq.layers import EncoderLayer, MultiHeadAttention, make_norm
+from seq2seq.model.layers import EncoderLayer, MultiHeadAttention, make_norm
 from seq2seq.model import Seq2Seq
 
 VOCAB, PAD = 50, 0

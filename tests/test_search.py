@@ -1,4 +1,4 @@
-"""Properties of decoding (``seq2seq.search``) on tiny random models and a hand-built one."""
+"""Properties of decoding (``seq2seq.decoding.search``) on tiny random models and a hand-built one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from seq2seq.config import DecodingConfig, ModelConfig
 from seq2seq.model import Seq2Seq
-from seq2seq.search import (
+from seq2seq.decoding.search import (
     beam_search,
     filter_logits,
     finish_bound,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.tokenizer import Tokenizer, TokenizerPair, check_fingerprint
+from seq2seq.data.tokenizer import Tokenizer, TokenizerPair, check_fingerprint
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multi30k"
 N = 2000

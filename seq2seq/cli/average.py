@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..checkpoint import STORAGE_DTYPES, CheckpointError, average
+from seq2seq.checkpoint import STORAGE_DTYPES, CheckpointError, average
 
 _BLEU = re.compile(r"bleu(\d+(?:\.\d+)?)")
 _STEP = re.compile(r"step(\d+)")

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import load_checkpoint
-from ..config import DecodingConfig
-from .common import run_command
-from .translate import _one_line, add_decoding_args, decoding_from_args
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import DecodingConfig
+from seq2seq.cli.common import run_command
+from seq2seq.cli.translate import _one_line, add_decoding_args, decoding_from_args
 
 PROG = "seq2seq-evaluate"
 TEST_SETS = ("multi30k",)
@@ -140,7 +140,7 @@ def language_pair(path: str, meta: dict[str, Any], args) -> tuple[str | None, st
 def load_test_set(args, src_lang: str | None, tgt_lang: str | None) -> TestSet:
     """Source and reference lines (the first ``--limit``); refuses files that do not match
     line for line, and empty ones."""
-    from ..data import read_lines, resolve_corpus  # datasets + lightning: seconds
+    from seq2seq.data.sources import read_lines, resolve_corpus
 
     pair = f"{src_lang}-{tgt_lang}" if src_lang and tgt_lang else ""
     if args.src_file:
@@ -151,7 +151,7 @@ def load_test_set(args, src_lang: str | None, tgt_lang: str | None) -> TestSet:
         if not pair:
             raise ValueError("the checkpoint does not record its language pair: "
                              "give --src-lang and --tgt-lang")
-        from ..config import DataConfig
+        from seq2seq.config import DataConfig
 
         cfg = DataConfig(corpus=args.test_set, data_dir=args.data_dir, src_lang=src_lang, tgt_lang=tgt_lang)
         src_path, ref_path = resolve_corpus(cfg, args.split)
@@ -185,8 +185,8 @@ def file_names(paths: list[str]) -> list[str]:
 def evaluate_checkpoint(path: str, test: TestSet, decoding: DecodingConfig, hyp_file: Path,
                         args) -> dict[str, Any]:
     """Translate ``test`` with ``path``, write the hypotheses, score them."""
-    from ..metrics import all_scores
-    from ..translate import Translator
+    from seq2seq.metrics import all_scores
+    from seq2seq.decoding.translator import Translator
 
     translator = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
     start = time.perf_counter()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..export import FORMATS
+from seq2seq.export import FORMATS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quantization and args.to != "ctranslate2":
         ap.error("--quantization is only supported with --to ctranslate2")
     try:
-        from ..export import export
+        from seq2seq.export import export
 
         out = export(args.checkpoint, args.to, args.output, args.quantization,
                      overwrite=args.force)

@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.cli import LightningCLI
 
-from ..callbacks import AtomicCheckpointIO, TrainingCurves, batch_sentences, batch_target_tokens
-from ..data import Seq2SeqDataModule
-from ..training import Seq2SeqModule
+from seq2seq.training.callbacks import AtomicCheckpointIO, TrainingCurves, batch_sentences, batch_target_tokens
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.training.module import Seq2SeqModule
 
 
 class Seq2SeqCLI(LightningCLI):

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from ..config import DecodingConfig
-from .common import run_command
+from seq2seq.config import DecodingConfig
+from seq2seq.cli.common import run_command
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
@@ -138,7 +138,7 @@ def _format(result, fmt: str) -> str:
 
 
 def _plot_first(translator, lines: list[str], path: str) -> None:
-    from ..plotting import plot_attention
+    from seq2seq.plotting import plot_attention
 
     first = next((t for t in lines if t.strip()), None)
     if first is None:
@@ -152,7 +152,7 @@ def _plot_first(translator, lines: list[str], path: str) -> None:
 
 
 def run(args) -> None:
-    from ..translate import Translator  # after argument errors: importing torch is slow
+    from seq2seq.decoding.translator import Translator  # after argument errors: importing torch is slow
 
     decoding = decoding_from_args(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import collate_src
-from .checkpoint import build_model, load_checkpoint
-from .config import DecodingConfig
-from .model import Attentions, Seq2Seq
-from .search import search
-from .tokenizer import TokenizerPair
+from seq2seq.data.batch import collate_src
+from seq2seq.checkpoint import build_model, load_checkpoint
+from seq2seq.config import DecodingConfig
+from seq2seq.model import Attentions, Seq2Seq
+from seq2seq.decoding.search import search
+from seq2seq.data.tokenizer import TokenizerPair
 
 log = logging.getLogger(__name__)
 

@@ -53,13 +53,13 @@ from typing import Any
 
 import torch
 
-from .attention import attention, causal_mask, lengths_mask, reference_attention
-from .batch import collate_src
-from .checkpoint import build_model, load_checkpoint
-from .config import DataConfig, DecodingConfig, ModelConfig, OptimConfig, from_dict
-from .model import Seq2Seq
-from .search import search
-from .tokenizer import TokenizerPair
+from seq2seq.model.attention import attention, causal_mask, lengths_mask, reference_attention
+from seq2seq.data.batch import collate_src
+from seq2seq.checkpoint import build_model, load_checkpoint
+from seq2seq.config import DataConfig, DecodingConfig, ModelConfig, OptimConfig, from_dict
+from seq2seq.model import Seq2Seq
+from seq2seq.decoding.search import search
+from seq2seq.data.tokenizer import TokenizerPair
 
 SECTIONS = ("decode", "train", "attention")
 EXTRA_SECTIONS = ("profile",)  # on request only: where our beam search spends its time
@@ -155,7 +155,7 @@ Engine = Callable[[Sequence[DecodeBatch]], list[list[int]]]  # 1-best ids, witho
 def read_test_sources(ckpt: dict, data_dir: str | os.PathLike, split: str = TEST_SPLIT,
                       limit: int | None = None) -> list[str]:
     """The source side of a Multi30k split in the checkpoint's language pair."""
-    from .data import read_lines, resolve_corpus  # pulls in datasets + lightning
+    from seq2seq.data.sources import read_lines, resolve_corpus  # pulls in datasets + lightning
 
     meta = ckpt["seq2seq"]
     cfg = DataConfig(data_dir=str(data_dir), src_lang=meta["src_lang"], tgt_lang=meta["tgt_lang"])
@@ -286,7 +286,7 @@ def cache_rows(model: Seq2Seq, batches: Sequence[DecodeBatch], subset: str, forc
 def peer_engines(model: Seq2Seq, src_vocab, tgt_vocab, beam: int, threads: int,
                  workdir: str, skipped: list[str]) -> dict[tuple[str, str], Engine]:
     """``{(name, search): engine}`` for Marian and CTranslate2 (float32, int8), if installed."""
-    from .export import to_ctranslate2, to_hf_marian
+    from seq2seq.export import to_ctranslate2, to_hf_marian
 
     engines = {}
     if _optional("transformers") is None:
@@ -336,7 +336,7 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
                    force_length: int = 50, uncached_limit: int | None = 200,
                    log: Callable[[str], None] = print) -> dict:
     """The decode section: rows (with ratios and targets) and notes."""
-    from .export import vocabularies
+    from seq2seq.export import vocabularies
 
     src_vocab, tgt_vocab = vocabularies(model, ckpt)
     tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
@@ -416,7 +416,7 @@ def _target(name: str, row: dict, need: float) -> dict:
 def training_batches(ckpt: dict, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
                      max_tokens: int = 4096, n: int = 8, seed: int = 1) -> list:
     """The first ``n`` batches of a shuffled training epoch, as training sees them."""
-    from .data import Seq2SeqDataModule
+    from seq2seq.data.datamodule import Seq2SeqDataModule
 
     meta = ckpt["seq2seq"]
     dm = Seq2SeqDataModule(DataConfig(data_dir=str(data_dir), src_lang=meta["src_lang"],
@@ -439,7 +439,7 @@ OPTIM = OptimConfig(lr=1e-4, label_smoothing=0.0)
 
 def ours_train_step(model: Seq2Seq, bf16: bool) -> Callable[[Any], int]:
     """``Seq2SeqModule.loss`` + backward + Adam step; returns the target tokens."""
-    from .training import Seq2SeqModule
+    from seq2seq.training.module import Seq2SeqModule
 
     module = Seq2SeqModule(arch=model.cfg, optim=OPTIM)
     module.model = model.train()
@@ -492,7 +492,7 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
     if not have_hf:
         skipped.append("Hugging Face transformers not installed: MarianMTModel rows skipped")
     else:
-        from .export import to_hf_marian
+        from seq2seq.export import to_hf_marian
     n_params = {}
     for precision in ("fp32", "bf16 autocast"):
         bf16 = precision != "fp32"
@@ -604,8 +604,8 @@ def bench_attention(repeats: int = 3, iters: int = 50, shapes=ATTENTION_SHAPES,
         rows.append(attention_row(shape, repeats, iters))
     notes = [f"µs per call, median of {repeats} runs of {iters} calls each; fp32; "
              "fwd+bwd: forward then backward of a random output gradient w.r.t. q, k, v",
-             "reference = seq2seq.attention.reference_attention (explicit scores, softmax, "
-             "returns weights); sdpa = seq2seq.attention.attention"]
+             "reference = seq2seq.model.attention.reference_attention (explicit scores, softmax, "
+             "returns weights); sdpa = seq2seq.model.attention.attention"]
     return {"rows": rows, "targets": [], "notes": notes, "skipped": []}
 
 
@@ -613,8 +613,8 @@ def bench_attention(repeats: int = 3, iters: int = 50, shapes=ATTENTION_SHAPES,
 def _labels(model: Seq2Seq) -> list[tuple[Any, str, str]]:
     """``(object, attribute, label)``: what :func:`annotated_search` wraps, and its label
     (indented labels run inside the decoder step)."""
-    from . import search as S
-    from .cache import DecoderCache
+    from seq2seq.decoding import search as S
+    from seq2seq.model.cache import DecoderCache
 
     out = [(S._DecoderState, "step", "decoder step: decode + log_softmax")]
     for layer in model.decoder.layers:
@@ -669,7 +669,7 @@ def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam: int 
     compared with stopping each sentence right after its 1-best's EOS."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .export import vocabularies
+    from seq2seq.export import vocabularies
 
     src_vocab, _ = vocabularies(model, ckpt)
     ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.cfg)

@@ -47,8 +47,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .model import Seq2Seq
+from seq2seq.config import ModelConfig
+from seq2seq.model import Seq2Seq
 
 FORMATS = ("ctranslate2", "hf-marian")
 # What CTranslate2 itself accepts; the CLI offers int8, int16 and float16.
@@ -62,7 +62,7 @@ UNK_ID = 1  # SentencePiece convention used by our tokenizers (pad 0, unk 1, bos
 # ---------------------------------------------------------------- helpers
 def _load(ckpt_or_model: Any) -> tuple[Seq2Seq, dict[str, Any] | None]:
     """A model in eval mode and the checkpoint dict (None when given a bare model)."""
-    from .checkpoint import build_model, load_checkpoint
+    from seq2seq.checkpoint import build_model, load_checkpoint
 
     if isinstance(ckpt_or_model, Seq2Seq):
         return ckpt_or_model.eval(), None

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import causal_mask, padding_mask
-from .cache import DecoderCache
-from .config import ModelConfig
-from .layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding, make_norm
+from seq2seq.model.attention import causal_mask, padding_mask
+from seq2seq.model.cache import DecoderCache
+from seq2seq.config import ModelConfig
+from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding, make_norm
 
 
 @dataclass

@@ -13,10 +13,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, metadata
-from .config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
-from .metrics import bleu, chrf
-from .model import Seq2Seq
+from seq2seq.checkpoint import CheckpointError, metadata
+from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
+from seq2seq.metrics import bleu, chrf
+from seq2seq.model import Seq2Seq
 
 
 def lr_lambda(optim: OptimConfig, d_model: int):
@@ -130,7 +130,7 @@ class Seq2SeqModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.val_bleu or self.trainer.sanity_checking:
             return
-        from .translate import Translator  # decoding lives outside training
+        from seq2seq.decoding.translator import Translator  # decoding lives outside training
 
         dm = self.trainer.datamodule
         n = self.val_bleu_max_sentences

@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-from .cache import DecoderCache
-from .config import DecodingConfig, ModelConfig
-from .model import Attentions, Seq2Seq
+from seq2seq.model.cache import DecoderCache
+from seq2seq.config import DecodingConfig, ModelConfig
+from seq2seq.model import Attentions, Seq2Seq
 
 StepHook = Callable[[int, Tensor], None]
 NEG_INF = float("-inf")

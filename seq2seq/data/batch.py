@@ -67,6 +67,16 @@ class Batch:
         return self._apply(lambda t: t.pin_memory())
 
 
+def pack(sizes: np.ndarray, max_tokens: int) -> list[int]:
+    """Greedy batch boundaries over ascending ``sizes``: cost = count x largest size."""
+    bounds, start = [], 0
+    for i, size in enumerate(sizes.tolist()):
+        if i > start and (i - start + 1) * size > max_tokens:
+            bounds.append(i)
+            start = i
+    return bounds
+
+
 def _pad(
     seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None, suffix: int | None
 ) -> Tensor:

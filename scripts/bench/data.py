@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from seq2seq.config import DataConfig, TokenizerConfig  # noqa: E402
-from seq2seq.data import (  # noqa: E402
-    Seq2SeqDataModule,
-    load_or_train_tokenizers,
-    load_split,
-    tokenized_split,
-)
+from seq2seq.data.datamodule import Seq2SeqDataModule  # noqa: E402
+from seq2seq.data.prepare import load_or_train_tokenizers, tokenized_split  # noqa: E402
+from seq2seq.data.sources import load_split  # noqa: E402
 
 
 def timed(results: dict[str, float], name: str, fn: Callable[[], Any]) -> Any:

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attention, reference_attention
-from .config import ModelConfig
+from seq2seq.model.attention import attention, reference_attention
+from seq2seq.config import ModelConfig
 
 
 # ---------------------------------------------------------------- norms + residual

@@ -9,7 +9,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .checkpoint import load_checkpoint, save_atomic
+from seq2seq.checkpoint import load_checkpoint, save_atomic
 
 
 def batch_sentences(batch) -> int:
@@ -77,6 +77,6 @@ class TrainingCurves(L.Callback):
             return
         out.mkdir(parents=True, exist_ok=True)
         (out / "curves.json").write_text(json.dumps(self.history, indent=1))
-        from .plotting import plot_training_curves
+        from seq2seq.plotting import plot_training_curves
 
         plot_training_curves(self.history, out / "curves.png")

@@ -1,0 +1,84 @@
+"""Content fingerprints and atomic cache entries for the data pipeline.
+
+Cache layout under ``DataConfig.cache_dir`` (safe to delete; entries are written atomically)::
+
+    tokenizers/<key>/{joint|src|tgt}.model   key = sha256(training data content, tokenizer settings)
+    datasets/<key>/                          key = sha256(split content, tokenizer sha256s, filters)
+    hf/                                      datasets.load_dataset cache (format="hub")
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from seq2seq.config import DataConfig
+from seq2seq.data.sources import split_files
+
+log = logging.getLogger(__name__)
+
+# Bump when a change here alters what the cache holds, so stale entries are not reused.
+CACHE_VERSION = 1
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    # size and mtime are part of the memo key so an edited file is hashed again
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Content hash of a file (memoized per size/mtime within the process)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path}")
+    st = path.stat()
+    return _file_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def split_fingerprint(cfg: DataConfig, split: str) -> str:
+    """Identifies a split's content and how it is read (not where the files live)."""
+    files = split_files(cfg, split)
+    spec: dict[str, Any] = {"format": cfg.format, "fields": [cfg.src_field, cfg.tgt_field]}
+    if files:
+        spec["files"] = [file_sha256(p) for p in files]
+    else:  # the hub dataset's own fingerprint covers its content and version
+        hub_cache = Path(cfg.cache_dir) / "hf"
+        ds = datasets.load_dataset(cfg.hub_name, cfg.hub_config, split=split, cache_dir=hub_cache)
+        spec["hub"] = [cfg.hub_name, cfg.hub_config, split, ds._fingerprint]
+    return digest(spec)
+
+
+@contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temp dir that becomes ``final`` on success; a concurrent writer may win."""
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+        log.info("cache entry %s was written concurrently; keeping that one", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""``Seq2SeqDataModule``: the Lightning face of the data pipeline."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import datasets
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from seq2seq.config import DataConfig
+from seq2seq.data.batch import collate
+from seq2seq.data.prepare import column, load_or_train_tokenizers, tokenized_split
+from seq2seq.data.sampler import TokenBudgetSampler
+from seq2seq.data.tokenizer import TokenizerPair
+
+
+class Seq2SeqDataModule(pl.LightningDataModule):
+    """Tokenizers, cached tokenized splits and token-budget loaders for one ``DataConfig``.
+
+    Give the Trainer ``use_distributed_sampler=False``: the loaders shard by rank
+    themselves, and Lightning must not replace the batch sampler. Before building the
+    model, ``prepare_data(); setup("fit")`` gives ``src_vocab_size``/``tgt_vocab_size``
+    (both are cache hits when Lightning calls them again).
+    """
+
+    def __init__(self, data: DataConfig | None = None) -> None:
+        super().__init__()
+        self.config = data if data is not None else DataConfig()
+        self.tokenizers: TokenizerPair | None = None
+        self.train_dataset: datasets.Dataset | None = None
+        self.val_dataset: datasets.Dataset | None = None
+        self.val_src_texts: list[str] = []
+        self.val_ref_texts: list[str] = []
+
+    def use_tokenizers(self, tokenizers: TokenizerPair) -> None:
+        """Use these (e.g. from a checkpoint) instead of the cached/trained ones."""
+        self.tokenizers = tokenizers
+
+    # -- Lightning hooks ------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Train/cache the tokenizers and the tokenized splits (rank 0 under Lightning)."""
+        cfg = self.config
+        tokenizers = self.tokenizers or load_or_train_tokenizers(cfg)
+        tokenized_split(cfg, cfg.train_split, tokenizers, train=True)
+        tokenized_split(cfg, cfg.valid_split, tokenizers, train=False)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load what ``prepare_data`` cached (building it if it is missing)."""
+        cfg = self.config
+        if self.tokenizers is None:
+            self.tokenizers = load_or_train_tokenizers(cfg)
+        if stage in (None, "fit") and self.train_dataset is None:
+            self.train_dataset = tokenized_split(cfg, cfg.train_split, self.tokenizers, train=True)
+        if stage in (None, "fit", "validate") and self.val_dataset is None:
+            self.val_dataset = tokenized_split(cfg, cfg.valid_split, self.tokenizers, train=False)
+            self.val_src_texts = list(self.val_dataset["src"])
+            self.val_ref_texts = list(self.val_dataset["tgt"])
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self._tokenizers().src.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self._tokenizers().tgt.vocab_size
+
+    def train_dataloader(self) -> DataLoader:
+        loader = self._loader(self.train_dataset, shuffle=True)
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        loader.batch_sampler.set_epoch(epoch)
+        return loader
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_dataset, shuffle=False)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _tokenizers(self) -> TokenizerPair:
+        if self.tokenizers is None:
+            raise RuntimeError("Seq2SeqDataModule: call prepare_data() and setup() first")
+        return self.tokenizers
+
+    def _rank(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def _loader(self, ds: datasets.Dataset | None, shuffle: bool) -> DataLoader:
+        if ds is None:
+            raise RuntimeError("Seq2SeqDataModule: call setup() before asking for a dataloader")
+        rank, world = self._rank()
+        sampler = TokenBudgetSampler(
+            column(ds, "src_len") + 1,  # + eos
+            column(ds, "tgt_len") + 1,  # + bos (tgt_in) / eos (tgt_out)
+            self.config.max_tokens,
+            shuffle=shuffle,
+            seed=self.config.seed,
+            num_replicas=world,
+            rank=rank,
+        )
+        tok = self._tokenizers().tgt
+        return DataLoader(
+            ds.select_columns(["id", "src_ids", "tgt_ids"]),
+            batch_sampler=sampler,
+            collate_fn=partial(collate, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id),
+            num_workers=self.config.num_workers,
+            persistent_workers=self.config.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )

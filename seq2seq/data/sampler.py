@@ -1,0 +1,119 @@
+"""``TokenBudgetSampler``: length-bucketed batches within a padded-token budget, seeded
+per epoch, sharded across ranks, resumable mid-epoch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from seq2seq.data.batch import pack
+
+log = logging.getLogger(__name__)
+
+
+class TokenBudgetSampler(Sampler[list[int]]):
+    """Batches of indices whose padded size ``B * max(S, L)`` stays within ``max_tokens``.
+
+    ``lengths_src``/``lengths_tgt`` are the padded lengths the tensors will have, i.e. the
+    token counts plus the one special token ``collate`` adds per side.
+
+    Pairs are sorted by length (ties broken at random per epoch when shuffling) and packed
+    greedily; the batch order is shuffled from ``(seed, epoch)``. A pair longer than
+    ``max_tokens`` gets a batch of its own and is reported (``oversized``, a warning).
+
+    Distributed: every rank builds the same global list and takes every ``num_replicas``-th
+    batch starting at ``rank``, so shards are disjoint. Like ``DistributedSampler``, the list
+    is first padded by repeating batches from its start until it divides evenly, so every
+    rank gets the same number of batches (some pairs are then seen twice per epoch; ``Batch.ids``
+    tells them apart).
+
+    Iteration is a pure function of ``(seed, epoch, rank)``, except that ``start_batch``
+    batches are skipped once (mid-epoch resume); ``state_dict`` records the position.
+    ``len()`` is always the full per-rank epoch.
+    """
+
+    def __init__(
+        self,
+        lengths_src: Sequence[int] | np.ndarray,
+        lengths_tgt: Sequence[int] | np.ndarray,
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        src = np.asarray(lengths_src, dtype=np.int64)
+        tgt = np.asarray(lengths_tgt, dtype=np.int64)
+        if src.ndim != 1 or src.shape != tgt.shape or len(src) == 0:
+            raise ValueError(
+                "TokenBudgetSampler: need two non-empty 1-D length lists of equal size, "
+                f"got shapes {src.shape} and {tgt.shape}"
+            )
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"TokenBudgetSampler: rank {rank} not in [0, {num_replicas})")
+        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
+        self.num_replicas, self.rank = num_replicas, rank
+        self.epoch, self.start_batch, self._position = 0, 0, 0
+        self.sizes = np.maximum(src, tgt)
+        self._tiebreak = src + tgt  # similar shapes on both sides within a batch
+        self._order = np.lexsort((self._tiebreak, self.sizes))
+        # Whatever the tie order, the sorted size sequence is the same: boundaries are fixed.
+        self._bounds = pack(self.sizes[self._order], max_tokens)
+        self.oversized = np.flatnonzero(self.sizes > max_tokens)
+        if len(self.oversized):
+            worst = int(self.sizes[self.oversized].max())
+            log.warning(
+                "TokenBudgetSampler: %d example(s) exceed max_tokens=%d (longest %d); each sits "
+                "alone in its batch (indices %s)",
+                len(self.oversized),
+                max_tokens,
+                worst,
+                self.oversized[:10].tolist(),
+            )
+
+    @property
+    def sampler(self) -> TokenBudgetSampler:
+        # Lightning calls ``set_epoch`` on ``dataloader.batch_sampler.sampler`` each epoch.
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def global_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """All batches of one epoch, before sharding."""
+        epoch = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return np.split(self._order, self._bounds)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = np.lexsort((rng.permutation(len(self.sizes)), self._tiebreak, self.sizes))
+        batches = np.split(order, self._bounds)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's batches of one epoch (index arrays)."""
+        batches = self.global_batches(epoch)
+        pad = -len(batches) % self.num_replicas
+        batches = batches + [batches[i % len(batches)] for i in range(pad)]
+        return batches[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches()
+        start, self.start_batch = self.start_batch, 0
+        for i in range(start, len(batches)):
+            self._position = i + 1
+            yield batches[i].tolist()
+
+    def __len__(self) -> int:
+        return -(-(len(self._bounds) + 1) // self.num_replicas)
+
+    def state_dict(self) -> dict[str, int]:
+        """Epoch and batches handed out so far. With DataLoader workers the sampler runs
+        ahead by the prefetch depth, so prefer a count from the training loop then."""
+        return {"epoch": self.epoch, "start_batch": self._position, "seed": self.seed}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.epoch, self.start_batch = int(state["epoch"]), int(state["start_batch"])
+        self.seed = int(state.get("seed", self.seed))

@@ -1,0 +1,2 @@
+"""Decoding: searches over ``Seq2Seq.encode``/``decode`` + the cache, and ``Translator``
+(texts in, texts out)."""

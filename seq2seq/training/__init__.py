@@ -1,0 +1,2 @@
+"""Training: the LightningModule (loss, optimizer + schedule, validation BLEU) and our
+Lightning callbacks / checkpoint I/O."""
