@@ -71,7 +71,7 @@ def metadata(cfg: ModelConfig, tokenizers, src_lang: str, tgt_lang: str) -> dict
 def save_model(path, model: Seq2Seq, tokenizers, src_lang: str, tgt_lang: str) -> None:
     """An inference checkpoint of ``model`` (no training state), written atomically."""
     state = {PREFIX + k: v for k, v in model.state_dict().items()}
-    save_atomic({"seq2seq": metadata(model.cfg, tokenizers, src_lang, tgt_lang), "state_dict": state}, path)
+    save_atomic({"seq2seq": metadata(model.arch, tokenizers, src_lang, tgt_lang), "state_dict": state}, path)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

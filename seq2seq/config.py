@@ -11,6 +11,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
+
 Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Positional = Literal["sinusoidal", "learned", "rope"]
@@ -71,9 +73,9 @@ class ModelConfig:
     max_positions: int = 1024  # longest sequence (subword tokens) either side accepts
     share_embeddings: bool = True  # encoder and decoder share one table (needs a joint vocab)
     tie_output: bool = True  # decoder output projection = decoder input embedding
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:
         _check_literals(self)
@@ -126,11 +128,11 @@ class DecodingConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     seed: int | None = None
-    batch_tokens: int = 6000  # source tokens per translation batch
+    max_tokens: int = 6000  # padded source tokens per translation batch
 
     def __post_init__(self) -> None:
         _check_literals(self)
-        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "batch_tokens")
+        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens")
         if self.nbest > self.beam_size and self.method == "beam":
             raise ConfigError(
                 f"DecodingConfig.nbest={self.nbest} cannot exceed beam_size={self.beam_size}"

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from scripts.bench import core as B
-from seq2seq.data.batch import collate
 from seq2seq.checkpoint import save_model
 from seq2seq.config import ModelConfig, TokenizerConfig
+from seq2seq.data.batch import collate
 from seq2seq.data.sources import read_lines
-from seq2seq.model import Seq2Seq
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.model import Seq2Seq
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"
@@ -52,10 +52,10 @@ def test_batches_are_sorted_and_share_one_length_limit(ckpt):
     model = B.build_model(ck)
     ids = [[5] * n for n in (3, 9, 1, 6, 4)]  # collate_src appends EOS (3)
     src_vocab = [f"p{i}" for i in range(100)]
-    batches = B.make_batches(ids, 2, model.cfg, src_vocab)
+    batches = B.make_batches(ids, 2, model.arch, src_vocab)
     assert [b.src.shape for b in batches] == [(2, 10), (2, 5), (1, 2)]
     assert [b.max_len for b in batches] == [22, 16, 12]  # floor(1.2 * longest + 10)
-    assert B.make_batches([[5] * 30], 1, model.cfg, src_vocab)[0].max_len == 31  # capped
+    assert B.make_batches([[5] * 30], 1, model.arch, src_vocab)[0].max_len == 31  # capped
     assert batches[0].pieces[1] == ["p5"] * 6 + ["p3"]  # unpadded, as CTranslate2 takes them
 
 

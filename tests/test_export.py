@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from seq2seq import export as E
 from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
-from seq2seq.model.layers import sinusoidal_table
-from seq2seq.model import Seq2Seq
 from seq2seq.decoding.search import greedy
+from seq2seq.model import Seq2Seq
+from seq2seq.model.layers import sinusoidal_table
 
 V = 60
 PAD, BOS, EOS = 0, 2, 3
@@ -30,7 +30,7 @@ def tiny(**overrides) -> Seq2Seq:
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-        if not model.cfg.tie_output:
+        if not model.arch.tie_output:
             model.output.weight.mul_(2.0)
     return model.eval()
 
@@ -101,7 +101,7 @@ def test_hf_marian_logits_equal_ours(overrides):
     pytest.importorskip("transformers")
     model = tiny(**overrides)
     marian = E.to_hf_marian(model)
-    src, tgt_in = padded_batch(model.cfg)
+    src, tgt_in = padded_batch(model.arch)
     with torch.no_grad():
         ours = model(src, tgt_in)
         theirs = marian(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=tgt_in).logits
@@ -113,7 +113,7 @@ def test_hf_marian_save_pretrained_round_trip(tmp_path):
     model = tiny(share_embeddings=False, tgt_vocab_size=50)
     E.to_hf_marian(model).save_pretrained(tmp_path)
     marian = transformers.MarianMTModel.from_pretrained(tmp_path).eval()
-    src, tgt_in = padded_batch(model.cfg)
+    src, tgt_in = padded_batch(model.arch)
     with torch.no_grad():
         theirs = marian(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=tgt_in).logits
         torch.testing.assert_close(theirs, model(src, tgt_in), atol=1e-4, rtol=0)
@@ -138,7 +138,7 @@ def test_hf_marian_generate_random_model_forced_eos():
     """A random model never emits EOS on its own: both stop at the length limit."""
     pytest.importorskip("transformers")
     model = tiny()
-    src, _ = padded_batch(model.cfg)
+    src, _ = padded_batch(model.arch)
     n = 8
     with torch.no_grad():
         out = E.to_hf_marian(model).generate(input_ids=src, attention_mask=src.ne(PAD),
@@ -207,7 +207,7 @@ def test_ct2_token_log_probs_equal_ours(overrides, tmp_path):
     model = tiny(**overrides)
     out = E.to_ctranslate2(model, tmp_path / "ct2")
     src_vocab, tgt_vocab = E.vocabularies(model)
-    src, tgt_in = padded_batch(model.cfg)
+    src, tgt_in = padded_batch(model.arch)
     tgt = tgt_in[:, 1:].clamp(min=4)  # real tokens; CT2 prepends <s> and appends </s>
     results = _translator(out).score_batch(_pieces(src, src_vocab), _pieces(tgt, tgt_vocab))
     with torch.no_grad():
@@ -222,7 +222,7 @@ def test_ct2_token_log_probs_equal_ours(overrides, tmp_path):
 def test_ct2_greedy_equals_ours_random_model(overrides, tmp_path):
     model = tiny(**overrides)
     translator = _translator(E.to_ctranslate2(model, tmp_path / "ct2"))
-    src, _ = padded_batch(model.cfg)
+    src, _ = padded_batch(model.arch)
     n = 12
     assert ct2_greedy(translator, src, *E.vocabularies(model), n) == ours_greedy(model, src, n)
 
@@ -274,7 +274,7 @@ def test_vocabulary_padding_and_uniqueness():
         E._fit_vocabulary(["a", "b", "a"], 3, "tgt")
     with pytest.raises(ValueError, match="model.src_vocab_size=2"):
         E._fit_vocabulary(["a", "b", "c"], 2, "src")
-    vocab = E.default_vocabulary(6, tiny().cfg)
+    vocab = E.default_vocabulary(6, tiny().arch)
     assert vocab[:4] == ["<pad>", "<unk>", "<s>", "</s>"] and len(set(vocab)) == 6
 
 
@@ -296,7 +296,7 @@ def tokenizers():
 
 def write_checkpoint(path, model: Seq2Seq, pair) -> None:
     torch.save({
-        "seq2seq": {"format": 1, "model_config": to_dict(model.cfg), "tokenizers": pair.to_state(),
+        "seq2seq": {"format": 1, "model_config": to_dict(model.arch), "tokenizers": pair.to_state(),
                     "src_lang": "de", "tgt_lang": "en"},
         "state_dict": {"model." + k: v for k, v in model.state_dict().items()},
     }, path)
@@ -340,7 +340,7 @@ def test_cli_hf_marian_from_checkpoint(tokenizers, copy_model, tmp_path):
     main(["-c", str(ckpt), "--to", "hf-marian", "--output", str(out)])
     assert {"config.json", "source.spm", "target.spm", "vocab.json"} <= {p.name for p in out.iterdir()}
     marian = transformers.MarianMTModel.from_pretrained(out).eval()
-    src, tgt_in = padded_batch(copy_model.cfg)
+    src, tgt_in = padded_batch(copy_model.arch)
     with torch.no_grad():
         theirs = marian(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=tgt_in).logits
         torch.testing.assert_close(theirs, copy_model(src, tgt_in), atol=1e-4, rtol=0)

@@ -10,10 +10,11 @@ import torch
 import yaml
 from torch import nn
 
-from seq2seq.model.attention import causal_mask
 from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
-from seq2seq.model.layers import EncoderLayer, MultiHeadAttention, make_norm
 from seq2seq.model import Seq2Seq
+from seq2seq.model.attention import causal_mask
+from seq2seq.model.layers import EncoderLayer, MultiHeadAttention
+from seq2seq.model.norms import make_norm
 
 VOCAB, PAD = 50, 0
 
@@ -142,7 +143,7 @@ def _copy_norm(ours: nn.Module, theirs: nn.LayerNorm) -> None:
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_matches_torch_transformer(norm_position):
     model = small_model(norm_position=norm_position, encoder_layers=2, decoder_layers=3)
-    cfg = model.cfg
+    cfg = model.arch
     d, h, ff = cfg.d_model, cfg.n_heads, cfg.d_ff
     pre = norm_position == "pre"
     common = dict(

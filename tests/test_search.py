@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from seq2seq.config import DecodingConfig, ModelConfig
-from seq2seq.model import Seq2Seq
 from seq2seq.decoding.search import (
     beam_search,
     filter_logits,
@@ -21,6 +20,7 @@ from seq2seq.decoding.search import (
     sample,
     search,
 )
+from seq2seq.model import Seq2Seq
 
 VOCAB, PAD, BOS, EOS = 48, 0, 2, 3
 NORMS = list(itertools.product(["post", "pre"], ["layernorm", "rmsnorm"]))
@@ -229,7 +229,7 @@ def test_max_length_and_nothing_after_eos(method):
     model, src = tiny_model(), mixed_src(B=10)
     cfg = dcfg(method=method, max_len_a=0.5, max_len_b=3, beam_size=3, seed=0)
     result = search(model, src, cfg)
-    limits = max_lengths(src, cfg, PAD, model.cfg.max_positions).tolist()
+    limits = max_lengths(src, cfg, PAD, model.arch.max_positions).tolist()
     for hs, limit in zip(result.hypotheses, limits):
         for h in hs:
             assert len(h.tokens) <= limit

@@ -12,8 +12,8 @@ import torch
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.sources import read_lines
-from seq2seq.metrics import all_scores
 from seq2seq.decoding.translator import Translator
+from seq2seq.metrics import all_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"

@@ -13,10 +13,10 @@ import lightning as L
 import pytest
 import torch
 
-from seq2seq.training.callbacks import AtomicCheckpointIO
 from seq2seq.checkpoint import CheckpointError, average, build_model, load_checkpoint
 from seq2seq.config import DataConfig, ModelConfig, OptimConfig, TokenizerConfig
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.training.callbacks import AtomicCheckpointIO
 from seq2seq.training.module import Seq2SeqModule, lr_lambda
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,14 +16,14 @@ import pytest
 import torch
 from helpers import save_tiny_checkpoint, tiny_random_model
 
-from seq2seq.decoding import translator as translate_module
 from seq2seq.checkpoint import save_atomic
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig, TokenizerConfig
-from seq2seq.plotting import plot_attention
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.decoding import translator as translate_module
 from seq2seq.decoding.translator import Translator, check_tokenizers
+from seq2seq.plotting import plot_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"
@@ -62,7 +62,7 @@ def translator(checkpoint, **decoding) -> Translator:
 # ---------------------------------------------------------------- Translator
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_order_restored_across_batches(checkpoint, method):
-    small = translator(checkpoint, method=method, beam_size=3, batch_tokens=20)  # many batches
+    small = translator(checkpoint, method=method, beam_size=3, max_tokens=20)  # many batches
     batched = small.translate(SENTENCES)
     assert batched == [small.translate([s])[0] for s in SENTENCES]
     assert len(list(small._batches(list(range(6)), small._source_ids(SENTENCES)))) > 2
@@ -95,7 +95,7 @@ def test_overlong_source_is_truncated_with_one_warning(checkpoint):
         "2 source line(s) longer than 63 tokens were truncated to 63"]
     assert len(out) == 3 and all(isinstance(o, str) for o in out)
     with pytest.warns(UserWarning, match="truncated"):
-        assert len(t._source_ids([long])[0]) == t.model.cfg.max_positions - 1
+        assert len(t._source_ids([long])[0]) == t.model.arch.max_positions - 1
 
 
 def test_emoji_and_control_characters(checkpoint):

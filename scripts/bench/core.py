@@ -53,13 +53,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.model.attention import attention, causal_mask, lengths_mask, reference_attention
-from seq2seq.data.batch import collate_src
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DataConfig, DecodingConfig, ModelConfig, OptimConfig, from_dict
-from seq2seq.model import Seq2Seq
-from seq2seq.decoding.search import search
+from seq2seq.data.batch import collate_src
 from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.decoding.search import search
+from seq2seq.model import Seq2Seq
+from seq2seq.model.attention import attention, causal_mask, lengths_mask, reference_attention
 
 SECTIONS = ("decode", "train", "attention")
 EXTRA_SECTIONS = ("profile",)  # on request only: where our beam search spends its time
@@ -296,10 +296,10 @@ def peer_engines(model: Seq2Seq, src_vocab, tgt_vocab, beam: int, threads: int,
 
         transformers.logging.set_verbosity_error()
         marian = to_hf_marian(model)
-        engines[("HF Marian generate", "greedy")] = hf_engine(marian, model.cfg)
-        engines[("HF Marian generate", f"beam {beam}")] = hf_engine(marian, model.cfg, beam)
+        engines[("HF Marian generate", "greedy")] = hf_engine(marian, model.arch)
+        engines[("HF Marian generate", f"beam {beam}")] = hf_engine(marian, model.arch, beam)
         engines[("HF Marian generate", f"beam {beam}, exact stop")] = hf_engine(
-            marian, model.cfg, beam, early_stopping="never")
+            marian, model.arch, beam, early_stopping="never")
     if _optional("ctranslate2") is None:
         skipped.append("ctranslate2 not installed: CTranslate2 rows skipped")
     else:
@@ -309,8 +309,8 @@ def peer_engines(model: Seq2Seq, src_vocab, tgt_vocab, beam: int, threads: int,
         for ct in ("float32", "int8"):
             tr = ctranslate2.Translator(str(path), device="cpu", compute_type=ct,
                                         intra_threads=threads, inter_threads=1)
-            engines[(f"CTranslate2 {ct}", "greedy")] = ct2_engine(tr, tgt_vocab, model.cfg)
-            engines[(f"CTranslate2 {ct}", f"beam {beam}")] = ct2_engine(tr, tgt_vocab, model.cfg, beam)
+            engines[(f"CTranslate2 {ct}", "greedy")] = ct2_engine(tr, tgt_vocab, model.arch)
+            engines[(f"CTranslate2 {ct}", f"beam {beam}")] = ct2_engine(tr, tgt_vocab, model.arch, beam)
     return engines
 
 
@@ -340,8 +340,8 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
 
     src_vocab, tgt_vocab = vocabularies(model, ckpt)
     tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
-    ids = source_ids(texts, tokenizers, model.cfg)
-    batches = make_batches(ids, batch_size, model.cfg, src_vocab)
+    ids = source_ids(texts, tokenizers, model.arch)
+    batches = make_batches(ids, batch_size, model.arch, src_vocab)
     n_sub = len(ids) if uncached_limit is None else min(uncached_limit, len(ids))
     subset = "all" if n_sub == len(ids) else f"first {n_sub}"
     skipped: list[str] = []
@@ -355,7 +355,7 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
         if subset == "all":
             rows += cache_rows(model, batches, subset, force_length, repeats, ours_greedy, log)
         else:
-            rows += cache_rows(model, make_batches(ids[:n_sub], batch_size, model.cfg, src_vocab),
+            rows += cache_rows(model, make_batches(ids[:n_sub], batch_size, model.arch, src_vocab),
                                subset, force_length, repeats, log=log)
         log(f"  timing ours beam {beam} ...")
         ours_beam = decode_row("ours", f"beam {beam}", ours_engine(model, beam), batches, repeats)
@@ -441,7 +441,7 @@ def ours_train_step(model: Seq2Seq, bf16: bool) -> Callable[[Any], int]:
     """``Seq2SeqModule.loss`` + backward + Adam step; returns the target tokens."""
     from seq2seq.training.module import Seq2SeqModule
 
-    module = Seq2SeqModule(arch=model.cfg, optim=OPTIM)
+    module = Seq2SeqModule(arch=model.arch, optim=OPTIM)
     module.model = model.train()
     opt = torch.optim.Adam(model.parameters(), lr=OPTIM.lr, betas=OPTIM.betas, eps=OPTIM.eps)
 
@@ -506,7 +506,7 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
             n_params["HF"] = _trainable(marian)
             log(f"  timing MarianMTModel training step, {precision} ...")
             hf = train_row("HF MarianMTModel", precision,
-                           hf_train_step(marian, model.cfg.pad_id, bf16), batches, repeats)
+                           hf_train_step(marian, model.arch.pad_id, bf16), batches, repeats)
             hf["ours_over_this"] = ours["tok_per_s"] / hf["tok_per_s"]
             targets.append(_target(f"training tokens/s ({precision}): ours ÷ HF", hf, 1.5))
             rows.append(hf)
@@ -672,8 +672,8 @@ def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam: int 
     from seq2seq.export import vocabularies
 
     src_vocab, _ = vocabularies(model, ckpt)
-    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.cfg)
-    batches = make_batches(ids, batch_size, model.cfg, src_vocab)[:n_batches]
+    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
+    batches = make_batches(ids, batch_size, model.arch, src_vocab)[:n_batches]
     engine = ours_engine(model, beam)
     engine(batches[:1])  # warm-up
     rows_per_step: list[int] = []

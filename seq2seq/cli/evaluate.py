@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import DecodingConfig
 from seq2seq.cli.common import run_command
 from seq2seq.cli.translate import _one_line, add_decoding_args, decoding_from_args
+from seq2seq.config import DecodingConfig
 
 PROG = "seq2seq-evaluate"
 TEST_SETS = ("multi30k",)
@@ -185,8 +185,8 @@ def file_names(paths: list[str]) -> list[str]:
 def evaluate_checkpoint(path: str, test: TestSet, decoding: DecodingConfig, hyp_file: Path,
                         args) -> dict[str, Any]:
     """Translate ``test`` with ``path``, write the hypotheses, score them."""
-    from seq2seq.metrics import all_scores
     from seq2seq.decoding.translator import Translator
+    from seq2seq.metrics import all_scores
 
     translator = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
     start = time.perf_counter()

@@ -14,8 +14,13 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.cli import LightningCLI
 
-from seq2seq.training.callbacks import AtomicCheckpointIO, TrainingCurves, batch_sentences, batch_target_tokens
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.training.callbacks import (
+    AtomicCheckpointIO,
+    TrainingCurves,
+    batch_sentences,
+    batch_target_tokens,
+)
 from seq2seq.training.module import Seq2SeqModule
 
 

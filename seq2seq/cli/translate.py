@@ -19,8 +19,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from seq2seq.config import DecodingConfig
 from seq2seq.cli.common import run_command
+from seq2seq.config import DecodingConfig
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
@@ -38,7 +38,7 @@ _FIELDS = {
     "topk": "top_k",
     "topp": "top_p",
     "seed": "seed",
-    "batch_tokens": "batch_tokens",
+    "max_tokens": "max_tokens",
 }
 
 
@@ -60,7 +60,8 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--topk", type=int, help=f"sample from the k most likely (0 = off, default {d.top_k})")
     g.add_argument("--topp", type=float, help=f"nucleus sampling mass (1 = off, default {d.top_p})")
     g.add_argument("--seed", type=int, help="sampling seed")
-    g.add_argument("--batch-tokens", type=int, help=f"source tokens per batch (default {d.batch_tokens})")
+    g.add_argument("--max-tokens", "--batch-tokens", dest="max_tokens", type=int,
+                   help=f"padded source tokens per batch (default {d.max_tokens})")
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
@@ -152,7 +153,9 @@ def _plot_first(translator, lines: list[str], path: str) -> None:
 
 
 def run(args) -> None:
-    from seq2seq.decoding.translator import Translator  # after argument errors: importing torch is slow
+    from seq2seq.decoding.translator import (
+        Translator,  # after argument errors: importing torch is slow
+    )
 
     decoding = decoding_from_args(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)

@@ -1,6 +1,8 @@
-"""One training/inference batch and the only place BOS/EOS are added.
+"""Batches: the packing rule, the ``Batch`` tensors, and the only place BOS/EOS are added.
 
-Kept free of ``datasets``/``lightning`` so inference (``translate``) can import it cheaply.
+Training (``TokenBudgetSampler``) and inference (``Translator``) share one packing rule,
+:func:`pack`: a batch's padded size, count x longest, stays within ``max_tokens``.
+Kept free of ``datasets``/``lightning`` so inference can import it cheaply.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass
@@ -30,7 +34,7 @@ class Batch:
     tgt_in: Tensor
     tgt_out: Tensor
     ids: Tensor
-    pad_id: int = 0
+    pad_id: int = PAD_ID
 
     def __len__(self) -> int:
         return self.src.size(0)
@@ -68,13 +72,22 @@ class Batch:
 
 
 def pack(sizes: np.ndarray, max_tokens: int) -> list[int]:
-    """Greedy batch boundaries over ascending ``sizes``: cost = count x largest size."""
+    """Greedy batch boundaries over ascending ``sizes``: a batch's cost is count x largest
+    size, kept within ``max_tokens`` (an example larger than that sits alone)."""
     bounds, start = [], 0
     for i, size in enumerate(sizes.tolist()):
         if i > start and (i - start + 1) * size > max_tokens:
             bounds.append(i)
             start = i
     return bounds
+
+
+def token_batches(sizes: Sequence[int], max_tokens: int) -> list[np.ndarray]:
+    """Indices of ``sizes`` grouped by :func:`pack` (sorted by size, ties in input order),
+    longest batch first (inference: the slowest batch starts while memory is fresh)."""
+    order = np.argsort(np.asarray(sizes, dtype=np.int64), kind="stable")
+    batches = np.split(order, pack(np.asarray(sizes, dtype=np.int64)[order], max_tokens))
+    return batches[::-1]
 
 
 def _pad(
@@ -93,13 +106,24 @@ def _pad(
     return torch.from_numpy(out)
 
 
+def collate_tgt_in(tgt_ids: Sequence[Sequence[int]], pad_id: int, bos_id: int) -> Tensor:
+    """Decoder input (B, L) = [bos] + y, right-padded (training, and teacher-forced
+    attention of finished outputs)."""
+    return _pad(tgt_ids, pad_id, bos_id, None)
+
+
+def decoder_start(batch_size: int, bos_id: int, device: torch.device | str | None = None) -> Tensor:
+    """The first decoder input of every row: ``(batch_size,)`` of BOS (search)."""
+    return torch.full((batch_size,), bos_id, dtype=torch.long, device=device)
+
+
 def collate_src(src_ids: Sequence[Sequence[int]], pad_id: int, eos_id: int) -> Tensor:
     """Source tensor (B, S) = x + [eos], right-padded. Use it at inference time too."""
     return _pad(src_ids, pad_id, None, eos_id)
 
 
 def collate(
-    examples: Sequence[Mapping[str, Any]], pad_id: int = 0, bos_id: int = 2, eos_id: int = 3
+    examples: Sequence[Mapping[str, Any]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> Batch:
     """Examples with ``src_ids``/``tgt_ids`` (and optionally ``id``) -> ``Batch``.
 
@@ -110,7 +134,7 @@ def collate(
     ids = torch.tensor([ex.get("id", -1) for ex in examples], dtype=torch.long)
     batch = Batch(
         src=collate_src(src, pad_id, eos_id),
-        tgt_in=_pad(tgt, pad_id, bos_id, None),
+        tgt_in=collate_tgt_in(tgt, pad_id, bos_id),
         tgt_out=_pad(tgt, pad_id, None, eos_id),
         ids=ids,
         pad_id=pad_id,

@@ -1,6 +1,6 @@
 """SentencePiece subword tokenizers with fixed special ids and content fingerprints.
 
-Special ids are the same for every model: ``pad=0, unk=1, bos=2, eos=3``. A model is
+Special ids are the same for every model (``seq2seq.specials``: pad 0, unk 1, bos 2, eos 3). A model is
 identified by the sha256 of its serialized proto; checkpoints store the proto and its
 fingerprint (``TokenizerPair.to_state``) so decoding always uses the training vocabulary.
 """
@@ -16,8 +16,7 @@ from typing import Any
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class Tokenizer:

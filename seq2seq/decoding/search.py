@@ -7,7 +7,7 @@ beams, ``T`` steps, ``V`` target vocabulary.
 Conventions shared by all three searches
 - Step ``t`` (0-based) produces output token ``t``; its decoder input is ``bos y_0 .. y_{t-1}``.
 - Max length per sentence ``max_len = floor(a * |src| + b)`` tokens *before* EOS, capped at
-  ``model.cfg.max_positions - 1`` (so the EOS step still has a position). At step ``max_len``
+  ``model.arch.max_positions - 1`` (so the EOS step still has a position). At step ``max_len``
   only EOS is allowed: every hypothesis ends with EOS and its score includes EOS's log-prob.
 - Min length: EOS gets -inf at steps ``t < min(min_len, max_len)``. Masks are applied to the
   log-probs (no renormalisation), so scores stay true model log-probs.
@@ -33,12 +33,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-from seq2seq.model.cache import DecoderCache
-from seq2seq.config import DecodingConfig, ModelConfig
+from seq2seq.config import DecodingConfig
+from seq2seq.decoding.rules import NEG_INF, constrain, length_penalty, max_lengths
 from seq2seq.model import Attentions, Seq2Seq
+from seq2seq.model.cache import DecoderCache
 
 StepHook = Callable[[int, Tensor], None]
-NEG_INF = float("-inf")
 
 
 @dataclass
@@ -62,44 +62,6 @@ class SearchResult:
     hypotheses: list[list[Hypothesis]]
     output: Tensor
     attentions: list[Attentions] | None = None
-
-
-# ---------------------------------------------------------------- lengths and scores
-def max_lengths(src: Tensor, cfg: DecodingConfig, pad_id: int, max_positions: int) -> Tensor:
-    """``(B,)`` longest output (tokens before EOS) per sentence: ``a*|src| + b``, capped."""
-    src_len = (src != pad_id).sum(1).double()
-    limit = torch.floor(cfg.max_len_a * src_len + cfg.max_len_b).long()
-    return limit.clamp(1, max_positions - 1)
-
-
-def length_penalty(lengths: Tensor | float, cfg: DecodingConfig) -> Tensor | float:
-    """Divisor of the total log-prob: GNMT ``((5+|y|)/6)^alpha``, ``|y|`` (average) or 1."""
-    if cfg.length_penalty == "gnmt":
-        return ((5.0 + lengths) / 6.0) ** cfg.alpha
-    if cfg.length_penalty == "average":
-        return lengths * 1.0
-    return lengths * 0.0 + 1.0
-
-
-def _constrain(lprobs: Tensor, t: int, max_len: Tensor, cfg: DecodingConfig,
-               model_cfg: ModelConfig, force: bool) -> Tensor:
-    """Apply the output rules to step-``t`` log-probs ``(R, V)``; ``max_len (R,)`` per row."""
-    lprobs, eos = lprobs.clone(), model_cfg.eos_id
-    # pad and bos are never outputs: pad then only ever means "after EOS".
-    lprobs[:, [model_cfg.pad_id, model_cfg.bos_id]] = NEG_INF
-    if force:
-        lprobs[:, eos] = NEG_INF
-        return lprobs
-    # Forced EOS wins over min_len: a sentence capped below min_len still ends.
-    early = (t < max_len.clamp(max=cfg.min_len)) if cfg.min_len else None
-    if early is not None:
-        lprobs[:, eos] = lprobs[:, eos].masked_fill(early, NEG_INF)
-    at_max = max_len == t
-    if bool(at_max.any()):
-        eos_lp = lprobs[:, eos].clone()
-        lprobs[at_max] = NEG_INF
-        lprobs[:, eos] = eos_lp
-    return lprobs
 
 
 # ---------------------------------------------------------------- decoder state
@@ -148,9 +110,9 @@ def _start(model: Seq2Seq, src: Tensor, use_cache: bool, repeat: int = 1) -> _De
 def _steps(model: Seq2Seq, max_len: Tensor, force_length: int | None) -> int:
     if force_length is None:
         return int(max_len.max()) + 1  # steps 0..max_len, the last one EOS only
-    if not 0 < force_length <= model.cfg.max_positions:
+    if not 0 < force_length <= model.arch.max_positions:
         raise ValueError(
-            f"force_length={force_length} must be in 1..max_positions={model.cfg.max_positions}"
+            f"force_length={force_length} must be in 1..max_positions={model.arch.max_positions}"
         )
     return force_length
 
@@ -163,20 +125,20 @@ def _single_path(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, choose: Choos
                  use_cache: bool, force_length: int | None, on_step: StepHook | None):
     """One hypothesis per row of ``src``: returns ids ``(B, T)`` (EOS then pad), total
     log-probs ``(B,)`` and lengths ``(B,)`` counting EOS."""
-    B, device, pad, eos = src.shape[0], src.device, model.cfg.pad_id, model.cfg.eos_id
-    max_len = max_lengths(src, cfg, pad, model.cfg.max_positions)
+    B, device, pad, eos = src.shape[0], src.device, model.arch.pad_id, model.arch.eos_id
+    max_len = max_lengths(src, cfg, pad, model.arch.max_positions)
     T = _steps(model, max_len, force_length)
     state = _start(model, src, use_cache)
     out = torch.full((B, T), pad, dtype=torch.long, device=device)
     scores = torch.zeros(B, device=device)
     lengths = torch.full((B,), T, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # original sentence of each active row
-    last = torch.full((B,), model.cfg.bos_id, dtype=torch.long, device=device)
+    last = torch.full((B,), model.arch.bos_id, dtype=torch.long, device=device)
     for t in range(T):
         lprobs = state.step(last)
         if on_step is not None:
             on_step(t, lprobs)
-        lprobs = _constrain(lprobs, t, max_len[rows], cfg, model.cfg, force_length is not None)
+        lprobs = constrain(lprobs, t, max_len[rows], cfg, model.arch, force_length is not None)
         tok = choose(lprobs)
         scores[rows] += lprobs.gather(1, tok[:, None]).squeeze(1)
         out[rows, t] = tok
@@ -209,7 +171,7 @@ def greedy(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: bool 
         use_cache=use_cache, force_length=force_length, on_step=on_step,
     )
     norm = scores / length_penalty(lengths.to(scores.dtype), cfg)
-    hyps = [[h] for h in _to_hypotheses(out, scores, norm, model.cfg.eos_id)]
+    hyps = [[h] for h in _to_hypotheses(out, scores, norm, model.arch.eos_id)]
     return _result(model, src, hyps, out, need_attention)
 
 
@@ -251,7 +213,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: bool 
     # Rank each sentence's n samples by normalized score: (B, n) -> sorted row indices.
     norm = (scores / length_penalty(lengths.to(scores.dtype), cfg)).view(-1, n)
     order = (norm.argsort(dim=1, descending=True) + torch.arange(0, norm.numel(), n, device=src.device)[:, None]).view(-1)
-    flat = _to_hypotheses(out[order], scores[order], norm.view(-1)[order], model.cfg.eos_id)
+    flat = _to_hypotheses(out[order], scores[order], norm.view(-1)[order], model.arch.eos_id)
     hyps = [flat[i : i + n] for i in range(0, len(flat), n)]
     return _result(model, src, hyps, out[order[::n]], need_attention)
 
@@ -330,11 +292,11 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: 
     (the others start at -inf) so the k beams are k different tokens.
     """
     src = src.to(_device(model))
-    k, V = cfg.beam_size, model.cfg.tgt_vocab_size
+    k, V = cfg.beam_size, model.arch.tgt_vocab_size
     n = min(cfg.nbest, k)  # a beam holds k hypotheses at most
-    B, device, pad, eos = src.shape[0], src.device, model.cfg.pad_id, model.cfg.eos_id
+    B, device, pad, eos = src.shape[0], src.device, model.arch.pad_id, model.arch.eos_id
     force = force_length is not None
-    max_len_all = max_lengths(src, cfg, pad, model.cfg.max_positions)
+    max_len_all = max_lengths(src, cfg, pad, model.arch.max_positions)
     T = _steps(model, max_len_all, force_length)
     state = _start(model, src, use_cache, repeat=k)
     pool = _Pool.empty(B, n, T, pad, device)
@@ -342,14 +304,14 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: 
     beam_scores = torch.full((B, k), NEG_INF, device=device)
     beam_scores[:, 0] = 0.0
     beam_tokens = torch.full((B, k, T), pad, dtype=torch.long, device=device)
-    last = torch.full((B * k,), model.cfg.bos_id, dtype=torch.long, device=device)
+    last = torch.full((B * k,), model.arch.bos_id, dtype=torch.long, device=device)
     rank = torch.arange(2 * k, device=device)
     for t in range(T):
         N, max_len = sent.shape[0], max_len_all[sent]
         lprobs = state.step(last)  # (N*k, V)
         if on_step is not None:
             on_step(t, lprobs)
-        lprobs = _constrain(lprobs, t, max_len.repeat_interleave(k), cfg, model.cfg, force)
+        lprobs = constrain(lprobs, t, max_len.repeat_interleave(k), cfg, model.arch, force)
         cand = (beam_scores[..., None] + lprobs.view(N, k, V)).view(N, k * V)
         top_scores, top_idx = cand.topk(min(2 * k, k * V), dim=1)  # (N, 2k), sorted
         origin, tok = top_idx // V, top_idx % V
@@ -417,7 +379,7 @@ def _result(model: Seq2Seq, src: Tensor, hyps: list[list[Hypothesis]], out: Tens
 def best_attentions(model: Seq2Seq, src: Tensor, tokens: list[list[int]]) -> list[Attentions]:
     """Exact attention weights of the given outputs: one teacher-forced pass over
     ``bos + tokens`` (batched, then cut per sentence to its own lengths)."""
-    cfg = model.cfg
+    cfg = model.arch
     tgt_in = pad_sequence([torch.tensor([cfg.bos_id, *ids]) for ids in tokens], batch_first=True,
                           padding_value=cfg.pad_id).to(src.device)
     weights = model.attentions(src, tgt_in)

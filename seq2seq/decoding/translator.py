@@ -1,8 +1,9 @@
 """``Translator``: texts in, texts out (with scores, n-best lists and attention on request).
 
 Used by the CLI, evaluation and validation during training. Policies:
-- Sources are sorted by length into batches of ``decoding.batch_tokens`` padded source
-  tokens; results come back in input order.
+- Sources are packed by length into batches of at most ``decoding.max_tokens`` padded
+  source tokens (``seq2seq.data.batch.pack``, the rule training batches follow too),
+  longest batch first; results come back in input order.
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
@@ -21,12 +22,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seq2seq.data.batch import collate_src
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
-from seq2seq.model import Attentions, Seq2Seq
-from seq2seq.decoding.search import search
+from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.decoding.rules import truncate_source
+from seq2seq.decoding.search import search
+from seq2seq.model import Attentions, Seq2Seq
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ class Translator:
         tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
         model = build_model(ckpt)
         for side, tok in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
-            size = getattr(model.cfg, f"{side}_vocab_size")
+            size = getattr(model.arch, f"{side}_vocab_size")
             if size != tok.vocab_size:
                 raise ValueError(f"checkpoint {path}: the model has {size} {side} ids but its "
                                  f"{side} tokenizer {tok.vocab_size}")
@@ -115,8 +117,9 @@ class Translator:
         longer than the model's positions are truncated with a warning."""
         full = [i for i, t in enumerate(texts) if t.strip()]
         encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
-        limit = self.model.cfg.max_positions - 1  # room for the EOS
-        ids = [encoded.get(i, [])[:limit] for i in range(len(texts))]
+        max_positions = self.model.arch.max_positions
+        ids = [truncate_source(encoded.get(i, []), max_positions) for i in range(len(texts))]
+        limit = max_positions - 1
         cut = sum(len(toks) > limit for toks in encoded.values())
         if cut:
             msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
@@ -125,13 +128,9 @@ class Translator:
         return ids
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
-        """Indices grouped longest first, each batch within ``batch_tokens`` padded tokens."""
-        order = sorted(todo, key=lambda i: -len(ids[i]))
-        budget, start = self.decoding.batch_tokens, 0
-        while start < len(order):
-            size = max(1, budget // len(ids[order[start]]))  # the first is the longest
-            yield order[start : start + size]
-            start += size
+        """Indices of ``todo`` packed within ``max_tokens`` padded source tokens (+ EOS)."""
+        for batch in token_batches([len(ids[i]) + 1 for i in todo], self.decoding.max_tokens):
+            yield [todo[j] for j in batch.tolist()]
 
     def _generator(self) -> torch.Generator | None:
         """One seeded generator per call: sampling is reproducible whatever the batching."""
@@ -142,7 +141,7 @@ class Translator:
     def _run(self, batch: list[int], texts: list[str], ids: list[list[int]],
              results: list[TranslationResult], need_attention: bool,
              generator: torch.Generator | None) -> None:
-        cfg = self.model.cfg
+        cfg = self.model.arch
         src = collate_src([ids[i] for i in batch], cfg.pad_id, cfg.eos_id)  # (B, S): x + [eos]
         out = search(self.model, src.to(self.device), self.decoding,
                      need_attention=need_attention, generator=generator)

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model import Seq2Seq
+from seq2seq.specials import UNK_ID
 
 FORMATS = ("ctranslate2", "hf-marian")
 # What CTranslate2 itself accepts; the CLI offers int8, int16 and float16.
@@ -56,7 +57,6 @@ CT2_QUANTIZATIONS = (
     "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
     "float32",
 )
-UNK_ID = 1  # SentencePiece convention used by our tokenizers (pad 0, unk 1, bos 2, eos 3)
 
 
 # ---------------------------------------------------------------- helpers
@@ -112,11 +112,11 @@ def pieces_from_state(state: dict[str, Any]) -> list[str]:
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 
-def default_vocabulary(size: int, cfg: ModelConfig) -> list[str]:
+def default_vocabulary(size: int, arch: ModelConfig) -> list[str]:
     """Placeholder token strings for a model without tokenizers: ``<pad> <unk> <s> </s>``
     at their ids and ``<id{i}>`` elsewhere, so ``tokens = [vocab[i] for i in ids]``."""
     vocab = [f"<id{i}>" for i in range(size)]
-    names = {UNK_ID: "<unk>", cfg.pad_id: "<pad>", cfg.bos_id: "<s>", cfg.eos_id: "</s>"}
+    names = {UNK_ID: "<unk>", arch.pad_id: "<pad>", arch.bos_id: "<s>", arch.eos_id: "</s>"}
     for i, name in names.items():
         if i < size:
             vocab[i] = name
@@ -153,73 +153,73 @@ def vocabularies(
 ) -> tuple[list[str], list[str]]:
     """Source and target token strings (index = id): the checkpoint's SentencePiece pieces,
     or :func:`default_vocabulary` when there is no checkpoint or it has no tokenizers."""
-    cfg = model.cfg
+    arch = model.arch
     toks = (ckpt or {}).get("seq2seq", {}).get("tokenizers")
     if toks:
-        src = _fit_vocabulary(pieces_from_state(toks["src"]), cfg.src_vocab_size, "src")
-        tgt = _fit_vocabulary(pieces_from_state(toks["tgt"]), cfg.tgt_vocab_size, "tgt")
+        src = _fit_vocabulary(pieces_from_state(toks["src"]), arch.src_vocab_size, "src")
+        tgt = _fit_vocabulary(pieces_from_state(toks["tgt"]), arch.tgt_vocab_size, "tgt")
     else:
-        src = default_vocabulary(cfg.src_vocab_size, cfg)
-        tgt = default_vocabulary(cfg.tgt_vocab_size, cfg)
+        src = default_vocabulary(arch.src_vocab_size, arch)
+        tgt = default_vocabulary(arch.tgt_vocab_size, arch)
     return src, tgt
 
 
 # ---------------------------------------------------------------- Hugging Face Marian
-def hf_marian_problems(cfg: ModelConfig) -> list[str]:
-    """Options of ``cfg`` that MarianMTModel cannot represent (empty = exportable)."""
+def hf_marian_problems(arch: ModelConfig) -> list[str]:
+    """Options of ``arch`` that MarianMTModel cannot represent (empty = exportable)."""
     problems = []
-    if cfg.norm_position != "post":
-        problems.append(f"model.norm_position={cfg.norm_position!r} (Marian layers are Post-LN)")
-    if cfg.norm != "layernorm":
-        problems.append(f"model.norm={cfg.norm!r} (Marian uses LayerNorm)")
-    if cfg.norm_eps != 1e-5:
-        problems.append(f"model.norm_eps={cfg.norm_eps!r} (Marian's LayerNorm eps is fixed at 1e-5)")
-    if cfg.positional != "sinusoidal":
+    if arch.norm_position != "post":
+        problems.append(f"model.norm_position={arch.norm_position!r} (Marian layers are Post-LN)")
+    if arch.norm != "layernorm":
+        problems.append(f"model.norm={arch.norm!r} (Marian uses LayerNorm)")
+    if arch.norm_eps != 1e-5:
+        problems.append(f"model.norm_eps={arch.norm_eps!r} (Marian's LayerNorm eps is fixed at 1e-5)")
+    if arch.positional != "sinusoidal":
         problems.append(
-            f"model.positional={cfg.positional!r} (Marian has fixed sinusoidal positions only)"
+            f"model.positional={arch.positional!r} (Marian has fixed sinusoidal positions only)"
         )
-    if cfg.head_dim_k * cfg.n_heads != cfg.d_model:
-        problems.append(f"model.d_k={cfg.d_k!r} (Marian needs d_k = d_model / n_heads)")
-    if cfg.head_dim_v * cfg.n_heads != cfg.d_model:
-        problems.append(f"model.d_v={cfg.d_v!r} (Marian needs d_v = d_model / n_heads)")
+    if arch.head_dim_k * arch.n_heads != arch.d_model:
+        problems.append(f"model.d_k={arch.d_k!r} (Marian needs d_k = d_model / n_heads)")
+    if arch.head_dim_v * arch.n_heads != arch.d_model:
+        problems.append(f"model.d_v={arch.d_v!r} (Marian needs d_v = d_model / n_heads)")
     return problems
 
 
-def hf_marian_config(cfg: ModelConfig):
+def hf_marian_config(arch: ModelConfig):
     """The ``MarianConfig`` of our ``ModelConfig`` (raises ValueError if unrepresentable)."""
     from transformers import MarianConfig
 
-    _refuse("hf-marian", hf_marian_problems(cfg))
+    _refuse("hf-marian", hf_marian_problems(arch))
     return MarianConfig(
-        vocab_size=cfg.src_vocab_size,
-        decoder_vocab_size=cfg.tgt_vocab_size,
-        share_encoder_decoder_embeddings=cfg.share_embeddings,
-        tie_word_embeddings=cfg.tie_output,
-        max_position_embeddings=cfg.max_positions,
-        d_model=cfg.d_model,
-        encoder_layers=cfg.encoder_layers,
-        decoder_layers=cfg.decoder_layers,
-        encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
-        activation_function=cfg.activation,  # "relu" | "gelu" (exact erf), as ours
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
+        vocab_size=arch.src_vocab_size,
+        decoder_vocab_size=arch.tgt_vocab_size,
+        share_encoder_decoder_embeddings=arch.share_embeddings,
+        tie_word_embeddings=arch.tie_output,
+        max_position_embeddings=arch.max_positions,
+        d_model=arch.d_model,
+        encoder_layers=arch.encoder_layers,
+        decoder_layers=arch.decoder_layers,
+        encoder_attention_heads=arch.n_heads,
+        decoder_attention_heads=arch.n_heads,
+        encoder_ffn_dim=arch.d_ff,
+        decoder_ffn_dim=arch.d_ff,
+        activation_function=arch.activation,  # "relu" | "gelu" (exact erf), as ours
+        dropout=arch.dropout,
+        attention_dropout=arch.attention_dropout,
+        activation_dropout=arch.activation_dropout,
         scale_embedding=True,
-        pad_token_id=cfg.pad_id,
-        bos_token_id=cfg.bos_id,
-        eos_token_id=cfg.eos_id,
-        decoder_start_token_id=cfg.bos_id,
-        forced_eos_token_id=cfg.eos_id,
+        pad_token_id=arch.pad_id,
+        bos_token_id=arch.bos_id,
+        eos_token_id=arch.eos_id,
+        decoder_start_token_id=arch.bos_id,
+        forced_eos_token_id=arch.eos_id,
     )
 
 
 def _hf_state_dict(model: Seq2Seq) -> dict[str, Tensor]:
     """Our weights renamed and channel-permuted into MarianMTModel's state-dict layout."""
-    cfg = model.cfg
-    P = channel_permutation(cfg.d_model)
+    arch = model.arch
+    P = channel_permutation(arch.d_model)
     sd: dict[str, Tensor] = {}
 
     def put(name: str, t: Tensor) -> None:
@@ -252,7 +252,7 @@ def _hf_state_dict(model: Seq2Seq) -> dict[str, Tensor]:
 
     src_tokens = model.src_embed.tokens.weight[:, P]
     tgt_tokens = model.tgt_embed.tokens.weight[:, P]
-    if cfg.share_embeddings:
+    if arch.share_embeddings:
         put("model.shared.weight", src_tokens)
         put("model.encoder.embed_tokens.weight", src_tokens)
         put("model.decoder.embed_tokens.weight", src_tokens)
@@ -286,8 +286,8 @@ def to_hf_marian(model: Seq2Seq):
     """
     from transformers import GenerationConfig, MarianMTModel
 
-    cfg = model.cfg
-    hf_cfg = hf_marian_config(cfg)
+    arch = model.arch
+    hf_cfg = hf_marian_config(arch)
     marian = MarianMTModel(hf_cfg)
     state = _hf_state_dict(model)
     missing, unexpected = marian.load_state_dict(state, strict=False)
@@ -303,13 +303,13 @@ def to_hf_marian(model: Seq2Seq):
     with torch.no_grad():
         marian.final_logits_bias.zero_()
     marian.generation_config = GenerationConfig(
-        decoder_start_token_id=cfg.bos_id,
-        bos_token_id=cfg.bos_id,
-        eos_token_id=cfg.eos_id,
-        pad_token_id=cfg.pad_id,
+        decoder_start_token_id=arch.bos_id,
+        bos_token_id=arch.bos_id,
+        eos_token_id=arch.eos_id,
+        pad_token_id=arch.pad_id,
         # Our search rules: pad and BOS are never outputs; at the length limit only EOS.
-        suppress_tokens=[cfg.pad_id, cfg.bos_id],
-        forced_eos_token_id=cfg.eos_id,
+        suppress_tokens=[arch.pad_id, arch.bos_id],
+        forced_eos_token_id=arch.eos_id,
         num_beams=1,
         do_sample=False,
     )
@@ -342,9 +342,9 @@ def export_hf_marian(
             "source_lang": ck["seq2seq"].get("src_lang"),
             "target_lang": ck["seq2seq"].get("tgt_lang"),
             "unk_token": src_vocab[UNK_ID],
-            "eos_token": tgt_vocab[model.cfg.eos_id],
-            "pad_token": tgt_vocab[model.cfg.pad_id],
-            "model_max_length": model.cfg.max_positions,
+            "eos_token": tgt_vocab[model.arch.eos_id],
+            "pad_token": tgt_vocab[model.arch.pad_id],
+            "model_max_length": model.arch.max_positions,
             "separate_vocabs": separate,
         }
         if separate:
@@ -356,12 +356,12 @@ def export_hf_marian(
 
 
 # ---------------------------------------------------------------- CTranslate2
-def ct2_problems(cfg: ModelConfig) -> list[str]:
-    """Options of ``cfg`` that CTranslate2's Transformer spec cannot represent."""
+def ct2_problems(arch: ModelConfig) -> list[str]:
+    """Options of ``arch`` that CTranslate2's Transformer spec cannot represent."""
     problems = []
-    if cfg.head_dim_k != cfg.head_dim_v:
+    if arch.head_dim_k != arch.head_dim_v:
         problems.append(
-            f"model.d_k={cfg.head_dim_k} != model.d_v={cfg.head_dim_v} "
+            f"model.d_k={arch.head_dim_k} != model.d_v={arch.head_dim_v} "
             "(CTranslate2 has one head_dim for queries, keys and values)"
         )
     return problems
@@ -380,24 +380,24 @@ def ct2_spec(
     (set them to match how our data pipeline builds encoder inputs)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
-    cfg = model.cfg
-    _refuse("ctranslate2", ct2_problems(cfg))
-    src_vocab = _fit_vocabulary(src_vocab, cfg.src_vocab_size, "src")
-    tgt_vocab = _fit_vocabulary(tgt_vocab, cfg.tgt_vocab_size, "tgt")
+    arch = model.arch
+    _refuse("ctranslate2", ct2_problems(arch))
+    src_vocab = _fit_vocabulary(src_vocab, arch.src_vocab_size, "src")
+    tgt_vocab = _fit_vocabulary(tgt_vocab, arch.tgt_vocab_size, "tgt")
 
-    pre = cfg.norm_position == "pre"
-    act = common_spec.Activation.RELU if cfg.activation == "relu" else common_spec.Activation.GELU
-    rope = cfg.positional == "rope"
-    head_dim = cfg.head_dim_k if cfg.head_dim_k * cfg.n_heads != cfg.d_model else None
+    pre = arch.norm_position == "pre"
+    act = common_spec.Activation.RELU if arch.activation == "relu" else common_spec.Activation.GELU
+    rope = arch.positional == "rope"
+    head_dim = arch.head_dim_k if arch.head_dim_k * arch.n_heads != arch.d_model else None
     common = dict(
         pre_norm=pre,
         activation=act,
-        rms_norm=cfg.norm == "rmsnorm",
+        rms_norm=arch.norm == "rmsnorm",
         head_dim=head_dim,
         **(dict(rotary_dim=0, rotary_interleave=True, rotary_base=10000.0) if rope else {}),
     )
-    encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.n_heads, **common)
-    decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.n_heads, **common)
+    encoder = transformer_spec.TransformerEncoderSpec(arch.encoder_layers, arch.n_heads, **common)
+    decoder = transformer_spec.TransformerDecoderSpec(arch.decoder_layers, arch.n_heads, **common)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     def linear(s, lin: nn.Linear, rows: slice = slice(None)) -> None:
@@ -407,7 +407,7 @@ def ct2_spec(
 
     def norm(s, module: nn.Module) -> None:
         s.gamma = _np(module.weight)
-        if cfg.norm == "layernorm":
+        if arch.norm == "layernorm":
             s.beta = _np(module.bias)
 
     def fused_qkv(s, mha) -> None:
@@ -451,12 +451,12 @@ def ct2_spec(
     spec.register_source_vocabulary(list(src_vocab))
     spec.register_target_vocabulary(list(tgt_vocab))
     spec.config.unk_token = src_vocab[UNK_ID] if UNK_ID < len(src_vocab) else "<unk>"
-    spec.config.bos_token = tgt_vocab[cfg.bos_id]
-    spec.config.eos_token = tgt_vocab[cfg.eos_id]
-    spec.config.decoder_start_token = tgt_vocab[cfg.bos_id]
+    spec.config.bos_token = tgt_vocab[arch.bos_id]
+    spec.config.eos_token = tgt_vocab[arch.eos_id]
+    spec.config.decoder_start_token = tgt_vocab[arch.bos_id]
     spec.config.add_source_bos = bool(add_source_bos)
     spec.config.add_source_eos = bool(add_source_eos)
-    spec.config.layer_norm_epsilon = float(cfg.norm_eps)
+    spec.config.layer_norm_epsilon = float(arch.norm_eps)
     spec.validate()
     return spec
 

@@ -1,5 +1,5 @@
-"""Building blocks: multi-head attention, feed-forward, norms, the residual wrapper,
-positional encodings, and the encoder/decoder layers.
+"""Building blocks: positional encodings, embeddings, multi-head attention, feed-forward,
+and the encoder/decoder layers (norms and the residual wrapper: ``seq2seq.model.norms``).
 
 Activations are ``(B, T, d_model)``; per-head tensors ``(B, H, T, d_k | d_v)``.
 """
@@ -7,47 +7,14 @@ Activations are ``(B, T, d_model)``; per-head tensors ``(B, H, T, d_k | d_v)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.model.attention import attention, reference_attention
 from seq2seq.config import ModelConfig
-
-
-# ---------------------------------------------------------------- norms + residual
-def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
-    """The norm factory: ``layernorm`` (mean, variance, bias) or ``rmsnorm`` (scale only)."""
-    if kind == "layernorm":
-        return nn.LayerNorm(d_model, eps=eps)
-    if kind == "rmsnorm":
-        return nn.RMSNorm(d_model, eps=eps)
-    raise ValueError(f"norm: expected 'layernorm' or 'rmsnorm', got {kind!r}")
-
-
-class Residual(nn.Module):
-    """The one place that decides Post-LN vs Pre-LN.
-
-    post: ``norm(x + dropout(f(x)))`` (Vaswani et al. 2017)
-    pre:  ``x + dropout(f(norm(x)))`` (the stack then needs a final norm)
-
-    ``f`` returns ``(y, aux)``; ``aux`` (cache entries, attention weights) passes through.
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.pre = cfg.norm_position == "pre"
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: Tensor, f: Callable[[Tensor], tuple[Tensor, object]]):
-        if self.pre:
-            y, aux = f(self.norm(x))
-            return x + self.dropout(y), aux
-        y, aux = f(x)
-        return self.norm(x + self.dropout(y)), aux
+from seq2seq.model.attention import attention, reference_attention
+from seq2seq.model.norms import Residual
 
 
 # ---------------------------------------------------------------- positions
@@ -83,22 +50,22 @@ class RotaryEmbedding(nn.Module):
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(d_model), plus absolute positions, then dropout."""
 
-    def __init__(self, vocab_size: int, cfg: ModelConfig, tokens: nn.Embedding | None = None):
+    def __init__(self, vocab_size: int, arch: ModelConfig, tokens: nn.Embedding | None = None):
         super().__init__()
-        self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, cfg.d_model)
+        self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, arch.d_model)
         if tokens is None:
-            nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
+            nn.init.normal_(self.tokens.weight, std=arch.d_model**-0.5)
             with torch.no_grad():
-                self.tokens.weight[cfg.pad_id].zero_()
-        self.scale = math.sqrt(cfg.d_model)
-        self.max_positions = cfg.max_positions
-        self.kind = cfg.positional
+                self.tokens.weight[arch.pad_id].zero_()
+        self.scale = math.sqrt(arch.d_model)
+        self.max_positions = arch.max_positions
+        self.kind = arch.positional
         if self.kind == "sinusoidal":
-            table = sinusoidal_table(cfg.max_positions, cfg.d_model)
+            table = sinusoidal_table(arch.max_positions, arch.d_model)
             self.register_buffer("positions", table, persistent=False)
         elif self.kind == "learned":
-            self.positions = nn.Parameter(torch.randn(cfg.max_positions, cfg.d_model) * 0.02)
-        self.dropout = nn.Dropout(cfg.dropout)
+            self.positions = nn.Parameter(torch.randn(arch.max_positions, arch.d_model) * 0.02)
+        self.dropout = nn.Dropout(arch.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """``ids (B, T)`` at positions ``start..`` -> ``(B, T, d_model)``."""
@@ -121,13 +88,13 @@ class MultiHeadAttention(nn.Module):
     ``4 d_model^2`` when ``d_k = d_v = d_model / h``, whatever h is.
     """
 
-    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+    def __init__(self, arch: ModelConfig, rope: RotaryEmbedding | None = None):
         super().__init__()
-        self.h, self.d_k, self.d_v = cfg.n_heads, cfg.head_dim_k, cfg.head_dim_v
-        self.w_q = nn.Linear(cfg.d_model, self.h * self.d_k)
-        self.w_kv = nn.Linear(cfg.d_model, self.h * (self.d_k + self.d_v))  # K and V in one matmul
-        self.w_o = nn.Linear(self.h * self.d_v, cfg.d_model)
-        self.dropout_p = cfg.attention_dropout
+        self.h, self.d_k, self.d_v = arch.n_heads, arch.head_dim_k, arch.head_dim_v
+        self.w_q = nn.Linear(arch.d_model, self.h * self.d_k)
+        self.w_kv = nn.Linear(arch.d_model, self.h * (self.d_k + self.d_v))  # K and V in one matmul
+        self.w_o = nn.Linear(self.h * self.d_v, arch.d_model)
+        self.dropout_p = arch.attention_dropout
         self.rope = rope
 
     def split_heads(self, x: Tensor, d: int) -> Tensor:
@@ -169,12 +136,12 @@ class MultiHeadAttention(nn.Module):
 class FeedForward(nn.Module):
     """Position-wise ``W2 act(W1 x)`` with optional dropout after the activation."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, arch: ModelConfig):
         super().__init__()
-        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.act = F.relu if cfg.activation == "relu" else F.gelu
-        self.dropout = nn.Dropout(cfg.activation_dropout)
+        self.w1 = nn.Linear(arch.d_model, arch.d_ff)
+        self.w2 = nn.Linear(arch.d_ff, arch.d_model)
+        self.act = F.relu if arch.activation == "relu" else F.gelu
+        self.dropout = nn.Dropout(arch.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(self.act(self.w1(x))))
@@ -182,11 +149,11 @@ class FeedForward(nn.Module):
 
 # ---------------------------------------------------------------- layers
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+    def __init__(self, arch: ModelConfig, rope: RotaryEmbedding | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg, rope)
-        self.ff = FeedForward(cfg)
-        self.attn_block, self.ff_block = Residual(cfg), Residual(cfg)
+        self.self_attn = MultiHeadAttention(arch, rope)
+        self.ff = FeedForward(arch)
+        self.attn_block, self.ff_block = Residual(arch), Residual(arch)
 
     def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
         """``x (B, S, d)``, ``mask (B, 1, 1, S)`` -> ``(B, S, d)``, self-attn weights or None."""
@@ -200,12 +167,12 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None = None):
+    def __init__(self, arch: ModelConfig, rope: RotaryEmbedding | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg, rope)
-        self.cross_attn = MultiHeadAttention(cfg)  # no rope: source and target positions differ
-        self.ff = FeedForward(cfg)
-        self.self_block, self.cross_block, self.ff_block = Residual(cfg), Residual(cfg), Residual(cfg)
+        self.self_attn = MultiHeadAttention(arch, rope)
+        self.cross_attn = MultiHeadAttention(arch)  # no rope: source and target positions differ
+        self.ff = FeedForward(arch)
+        self.self_block, self.cross_block, self.ff_block = Residual(arch), Residual(arch), Residual(arch)
 
     def forward(
         self,

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from seq2seq.config import ModelConfig
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import DecoderCache
-from seq2seq.config import ModelConfig
-from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding, make_norm
+from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
+from seq2seq.model.norms import final_norm
 
 
 @dataclass
@@ -26,23 +27,18 @@ class Attentions:
     decoder_cross: list[Tensor]
 
 
-def _final_norm(cfg: ModelConfig) -> nn.Module:
-    # Pre-LN leaves the residual stream un-normalized: the stack must end with a norm.
-    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_position == "pre" else nn.Identity()
-
-
-def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
-    return RotaryEmbedding(cfg.head_dim_k, cfg.max_positions) if cfg.positional == "rope" else None
+def _rope(arch: ModelConfig) -> RotaryEmbedding | None:
+    return RotaryEmbedding(arch.head_dim_k, arch.max_positions) if arch.positional == "rope" else None
 
 
 class Encoder(nn.Module):
     """Stack of self-attention layers over embedded source ``(B, S, d)``."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, arch: ModelConfig):
         super().__init__()
-        rope = _rope(cfg)
-        self.layers = nn.ModuleList(EncoderLayer(cfg, rope) for _ in range(cfg.encoder_layers))
-        self.final_norm = _final_norm(cfg)
+        rope = _rope(arch)
+        self.layers = nn.ModuleList(EncoderLayer(arch, rope) for _ in range(arch.encoder_layers))
+        self.final_norm = final_norm(arch)
 
     def forward(self, x: Tensor, mask: Tensor | None, weights: list | None = None) -> Tensor:
         for layer in self.layers:
@@ -55,11 +51,11 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """Stack of causal self-attention + cross-attention layers over embedded target."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, arch: ModelConfig):
         super().__init__()
-        rope = _rope(cfg)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, rope) for _ in range(cfg.decoder_layers))
-        self.final_norm = _final_norm(cfg)
+        rope = _rope(arch)
+        self.layers = nn.ModuleList(DecoderLayer(arch, rope) for _ in range(arch.decoder_layers))
+        self.final_norm = final_norm(arch)
 
     def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Each layer's cross-attention K/V of ``memory (B, S, d)``: computed once per source."""
@@ -91,16 +87,16 @@ class Decoder(nn.Module):
 class Seq2Seq(nn.Module):
     """Encoder-decoder Transformer with ``encode`` and ``decode`` (the annotated-transformer API)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, arch: ModelConfig):
         super().__init__()
-        self.cfg = cfg
-        self.src_embed = Embedding(cfg.src_vocab_size, cfg)
-        shared = self.src_embed.tokens if cfg.share_embeddings else None
-        self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg, tokens=shared)
-        self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
-        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
-        if cfg.tie_output:
+        self.arch = arch
+        self.src_embed = Embedding(arch.src_vocab_size, arch)
+        shared = self.src_embed.tokens if arch.share_embeddings else None
+        self.tgt_embed = Embedding(arch.tgt_vocab_size, arch, tokens=shared)
+        self.encoder = Encoder(arch)
+        self.decoder = Decoder(arch)
+        self.output = nn.Linear(arch.d_model, arch.tgt_vocab_size, bias=False)
+        if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
         self._init_weights()
 
@@ -114,7 +110,7 @@ class Seq2Seq(nn.Module):
     # ------------------------------------------------------------ masks
     def source_mask(self, src: Tensor) -> Tensor:
         """``(B, 1, 1, S)``: True on real source tokens."""
-        return padding_mask(src, self.cfg.pad_id)
+        return padding_mask(src, self.arch.pad_id)
 
     # ------------------------------------------------------------ API
     def encode(self, src: Tensor, src_mask: Tensor | None = None, weights: list | None = None) -> Tensor:

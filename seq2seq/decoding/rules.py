@@ -1,0 +1,65 @@
+"""The output rules every search shares: how long an output may be, how hypotheses of
+different lengths compare, and which tokens a step may emit.
+
+- Max length per sentence ``max_len = floor(a * |src| + b)`` tokens *before* EOS, capped at
+  ``max_positions - 1`` (so the EOS step still has a position). At step ``max_len`` only
+  EOS is allowed: every hypothesis ends with EOS and its score includes EOS's log-prob.
+- A source longer than the model accepts is cut to ``max_positions - 1`` tokens (room for
+  the EOS that ``collate_src`` appends): :func:`truncate_source`.
+- Min length: EOS gets -inf at steps ``t < min(min_len, max_len)``. Masks are applied to the
+  log-probs (no renormalisation), so scores stay true model log-probs.
+- ``|y|`` for the length penalty counts the generated tokens including EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from seq2seq.config import DecodingConfig, ModelConfig
+
+NEG_INF = float("-inf")
+
+
+def truncate_source(ids: Sequence[int], max_positions: int) -> list[int]:
+    """Source ids the encoder accepts: at most ``max_positions - 1`` (room for EOS)."""
+    return list(ids[: max_positions - 1])
+
+
+def max_lengths(src: Tensor, decoding: DecodingConfig, pad_id: int, max_positions: int) -> Tensor:
+    """``(B,)`` longest output (tokens before EOS) per sentence: ``a*|src| + b``, capped."""
+    src_len = (src != pad_id).sum(1).double()
+    limit = torch.floor(decoding.max_len_a * src_len + decoding.max_len_b).long()
+    return limit.clamp(1, max_positions - 1)
+
+
+def length_penalty(lengths: Tensor | float, decoding: DecodingConfig) -> Tensor | float:
+    """Divisor of the total log-prob: GNMT ``((5+|y|)/6)^alpha``, ``|y|`` (average) or 1."""
+    if decoding.length_penalty == "gnmt":
+        return ((5.0 + lengths) / 6.0) ** decoding.alpha
+    if decoding.length_penalty == "average":
+        return lengths * 1.0
+    return lengths * 0.0 + 1.0
+
+
+def constrain(lprobs: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
+              arch: ModelConfig, force: bool) -> Tensor:
+    """Apply the output rules to step-``t`` log-probs ``(R, V)``; ``max_len (R,)`` per row."""
+    lprobs, eos = lprobs.clone(), arch.eos_id
+    # pad and bos are never outputs: pad then only ever means "after EOS".
+    lprobs[:, [arch.pad_id, arch.bos_id]] = NEG_INF
+    if force:
+        lprobs[:, eos] = NEG_INF
+        return lprobs
+    # Forced EOS wins over min_len: a sentence capped below min_len still ends.
+    early = (t < max_len.clamp(max=decoding.min_len)) if decoding.min_len else None
+    if early is not None:
+        lprobs[:, eos] = lprobs[:, eos].masked_fill(early, NEG_INF)
+    at_max = max_len == t
+    if bool(at_max.any()):
+        eos_lp = lprobs[:, eos].clone()
+        lprobs[at_max] = NEG_INF
+        lprobs[:, eos] = eos_lp
+    return lprobs
