@@ -37,6 +37,7 @@ from seq2seq.config import DecodingConfig
 from seq2seq.decoding.rules import NEG_INF, constrain, length_penalty, max_lengths
 from seq2seq.model import Attentions, Seq2Seq
 from seq2seq.model.cache import DecoderCache
+from seq2seq.profiling import phase
 
 StepHook = Callable[[int, Tensor], None]
 
@@ -80,6 +81,10 @@ class _DecoderState:
         self.prefix = None if use_cache else memory.new_zeros((memory.shape[0], 0), dtype=torch.long)
 
     def step(self, tokens: Tensor) -> Tensor:
+        with phase("seq2seq.decode_step"):
+            return self._step(tokens)
+
+    def _step(self, tokens: Tensor) -> Tensor:
         if self.cache is not None:
             logits, self.cache = self.model.decode(tokens[:, None], None, None, self.cache)
         else:
@@ -88,6 +93,10 @@ class _DecoderState:
         return F.log_softmax(logits[:, -1].float(), dim=-1)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
+        with phase("seq2seq.search.select"):
+            self._select(rows, cross)
+
+    def _select(self, rows: Tensor, cross: bool) -> None:
         if self.cache is not None:
             self.cache = self.cache.reorder(rows, cross=cross)
             return
@@ -100,7 +109,8 @@ class _DecoderState:
 def _start(model: Seq2Seq, src: Tensor, use_cache: bool, repeat: int = 1) -> _DecoderState:
     """Encode ``src (B, S)`` once; each sentence gets ``repeat`` consecutive decoder rows."""
     src_mask = model.source_mask(src)
-    memory = model.encode(src, src_mask)
+    with phase("seq2seq.encode"):
+        memory = model.encode(src, src_mask)
     state = _DecoderState(model, memory, src_mask, use_cache)
     if repeat > 1:
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(repeat))
@@ -138,7 +148,8 @@ def _single_path(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, choose: Choos
         lprobs = state.step(last)
         if on_step is not None:
             on_step(t, lprobs)
-        lprobs = constrain(lprobs, t, max_len[rows], cfg, model.arch, force_length is not None)
+        with phase("seq2seq.search.constrain"):
+            lprobs = constrain(lprobs, t, max_len[rows], cfg, model.arch, force_length is not None)
         tok = choose(lprobs)
         scores[rows] += lprobs.gather(1, tok[:, None]).squeeze(1)
         out[rows, t] = tok
@@ -311,7 +322,8 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: 
         lprobs = state.step(last)  # (N*k, V)
         if on_step is not None:
             on_step(t, lprobs)
-        lprobs = constrain(lprobs, t, max_len.repeat_interleave(k), cfg, model.arch, force)
+        with phase("seq2seq.search.constrain"):
+            lprobs = constrain(lprobs, t, max_len.repeat_interleave(k), cfg, model.arch, force)
         cand = (beam_scores[..., None] + lprobs.view(N, k, V)).view(N, k * V)
         top_scores, top_idx = cand.topk(min(2 * k, k * V), dim=1)  # (N, 2k), sorted
         origin, tok = top_idx // V, top_idx % V
@@ -320,14 +332,16 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodingConfig, *, use_cache: 
         final = (t == T - 1) if force else False  # force_length: the last step finishes all
         finishing = ((tok == eos) | final) & (rank[: tok.shape[1]] < k) & top_scores.isfinite()
         norm = top_scores / length_penalty(float(t + 1), cfg)
-        pool.merge(sent, hist, top_scores.masked_fill(~finishing, NEG_INF),
-                   norm.masked_fill(~finishing, NEG_INF), t + 1)
+        with phase("seq2seq.search.pool"):
+            pool.merge(sent, hist, top_scores.masked_fill(~finishing, NEG_INF),
+                       norm.masked_fill(~finishing, NEG_INF), t + 1)
         # Live beams: the k best non-EOS candidates (topk is sorted, so order by rank).
         live = (rank[: tok.shape[1]] + (tok == eos) * 2 * k).argsort(dim=1)[:, :k]  # (N, k)
         beam_scores = top_scores.gather(1, live)
         beam_tokens = hist.gather(1, live[..., None].expand(-1, -1, T))
         origin, last = origin.gather(1, live), tok.gather(1, live)
-        bound = finish_bound(beam_scores[:, 0], t, max_len, cfg, force_length)
+        with phase("seq2seq.search.finish_bound"):
+            bound = finish_bound(beam_scores[:, 0], t, max_len, cfg, force_length)
         done = (t >= max_len) if not force else torch.full_like(sent, t == T - 1, dtype=torch.bool)
         if stop_early:
             done = done | (pool.norm[sent, n - 1] >= bound)

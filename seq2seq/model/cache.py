@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from seq2seq.profiling import phase
+
 KV = tuple[Tensor, Tensor]
 
 
@@ -38,6 +40,10 @@ class DecoderCache:
         return DecoderCache(self.cross_kv, self.memory_mask, self_kv)
 
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:
+        with phase("seq2seq.cache.reorder"):
+            return self._reorder(indices, cross)
+
+    def _reorder(self, indices: Tensor, cross: bool) -> DecoderCache:
         """Select rows ``indices (B',)`` of everything. ``cross=False`` keeps the memory
         K/V as they are: valid when every index stays within its own sentence's rows
         (beam reordering), which saves copying the memory at every step."""

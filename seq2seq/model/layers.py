@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import attention, reference_attention
 from seq2seq.model.norms import Residual
+from seq2seq.profiling import phase
 
 
 # ---------------------------------------------------------------- positions
@@ -198,9 +199,12 @@ class DecoderLayer(nn.Module):
             out, w = self.self_attn(h, (k, v), self_mask, start, need_weights)
             return out, (k, v, w)
 
-        y, (k, v, self_w) = self.self_block(y, self_attend)
-        y, cross_w = self.cross_block(
-            y, lambda h: self.cross_attn(h, cross_kv, memory_mask, need_weights=need_weights)
-        )
-        y, _ = self.ff_block(y, lambda h: (self.ff(h), None))
+        with phase("seq2seq.decoder.self_attn"):
+            y, (k, v, self_w) = self.self_block(y, self_attend)
+        with phase("seq2seq.decoder.cross_attn"):
+            y, cross_w = self.cross_block(
+                y, lambda h: self.cross_attn(h, cross_kv, memory_mask, need_weights=need_weights)
+            )
+        with phase("seq2seq.decoder.ffn"):
+            y, _ = self.ff_block(y, lambda h: (self.ff(h), None))
         return y, (k, v), (self_w, cross_w)

@@ -16,6 +16,7 @@ from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
 from seq2seq.model.norms import final_norm
+from seq2seq.profiling import phase
 
 
 @dataclass
@@ -139,7 +140,8 @@ class Seq2Seq(nn.Module):
         returned. Both give the same logits for the same positions.
         """
         hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
-        return self.output(hidden), cache
+        with phase("seq2seq.output_projection"):
+            return self.output(hidden), cache
 
     def decode_hidden(self, tgt, memory, memory_mask, cache=None, weights=None):
         """:meth:`decode` before the output projection: ``(B, L, d_model)`` and the cache."""
