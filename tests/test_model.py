@@ -202,7 +202,7 @@ def test_matches_torch_transformer(norm_position):
 
     t_out = t_dec(y, memory, tgt_mask=~causal_mask(L), memory_key_padding_mask=~keep)
     with torch.no_grad():
-        out, _ = model.decoder(
+        out = model.decoder(
             y, causal_mask(L), model.decoder.cross_kv(memory), keep[:, None, None, :]
         )
     torch.testing.assert_close(out, t_out.detach(), atol=1e-5, rtol=1e-5)
@@ -243,10 +243,11 @@ def test_padding_never_changes_real_outputs(norm_position, norm, positional):
 
 
 # ---------------------------------------------------------------- the decoder cache
-def _cached_logits(model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor, chunks: list[int]):
+def _cached_logits(model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor, chunks: list[int],
+                   capacity: int = 64):
     src_mask = model.source_mask(src)
     memory = model.encode(src, src_mask)
-    cache = model.init_cache(memory, src_mask)
+    cache = model.init_cache(memory, src_mask, capacity)
     assert cache.length == 0 and cache.batch_size == src.shape[0]
     pieces, start = [], 0
     for n in chunks:
@@ -263,14 +264,36 @@ CHUNKS = {"steps": [1] * 7, "chunks": [3, 1, 2, 1], "first1_then_chunks": [1, 4,
 
 @configs
 @pytest.mark.parametrize("chunking", list(CHUNKS), ids=list(CHUNKS))
-def test_cached_decode_equals_uncached(norm_position, norm, positional, chunking):
+@pytest.mark.parametrize("capacity", [1, 64], ids=["grows", "preallocated"])
+def test_cached_decode_equals_uncached(norm_position, norm, positional, chunking, capacity):
     model = small_model(norm_position=norm_position, norm=norm, positional=positional)
     src = pad_batch([random_ids(1, 6)[0], random_ids(1, 3)[0]])
     tgt = random_ids(2, 7)
     with torch.no_grad():
         full = model(src, tgt)
-        cached, _ = _cached_logits(model, src, tgt, CHUNKS[chunking])
+        cached, _ = _cached_logits(model, src, tgt, CHUNKS[chunking], capacity)
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_appends_in_place_and_grows_by_doubling():
+    """Within its capacity a step writes into the buffers the earlier steps filled (no copy
+    of the past); past it, the buffers double and keep every earlier position."""
+    model = small_model()
+    src, tgt = random_ids(2, 5), random_ids(2, 6)
+    with torch.no_grad():
+        src_mask = model.source_mask(src)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask, capacity=4)
+        _, cache = model.decode(tgt[:, :1], None, None, cache)
+        storage = [k.untyped_storage().data_ptr() for k, _ in cache.self_kv]
+        before = [k.clone() for k, _ in cache.self_kv]
+        for t in range(1, 4):
+            _, cache = model.decode(tgt[:, t : t + 1], None, None, cache)
+        assert [k.untyped_storage().data_ptr() for k, _ in cache.self_kv] == storage
+        _, cache = model.decode(tgt[:, 4:6], None, None, cache)  # 6 > 4: grows to 8
+        assert cache.length == 6 and cache.self_kv[0][0].shape[2] == 6
+        assert [k.untyped_storage().data_ptr() for k, _ in cache.self_kv] != storage
+        for (k, _), old in zip(cache.self_kv, before):
+            assert torch.equal(k[:, :, :1], old)
 
 
 def test_decode_with_memory_equals_forward():

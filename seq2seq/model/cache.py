@@ -1,18 +1,20 @@
-"""The decoder cache, passed into ``Seq2Seq.decode`` and returned from it.
+"""The decoder cache: the one class that owns what cached decoding keeps between steps.
 
 Per decoder layer it holds
-- self-attention keys/values ``(B, H, P, d_k)`` / ``(B, H, P, d_v)`` of the ``P`` target
-  positions decoded so far (they grow by the new positions each step), and
+- self-attention keys ``(B, H, P, d_k)`` and values ``(B, H, P, d_v)`` of the ``P`` target
+  positions decoded so far, written in place into buffers preallocated for ``capacity``
+  positions (doubled when a decode call needs more), so a step appends without copying
+  the past, and
 - cross-attention keys/values ``(B, H, S, d_k)`` / ``(B, H, S, d_v)`` of the encoder memory,
   projected once per source sentence and reused at every step.
 
-It is a value object: ``decode`` returns a new cache, ``reorder`` returns a reordered one
-(beam search selects surviving hypotheses with it).
+It also owns positions: :attr:`length` (``P``) is where the next target tokens sit, which
+is where their positional encodings (and RoPE angles) start. ``reorder`` selects rows
+(beam search keeps surviving hypotheses, finished sentences leave the batch) and returns
+a new cache, leaving this one as it was.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -21,38 +23,74 @@ from seq2seq.profiling import phase
 KV = tuple[Tensor, Tensor]
 
 
-@dataclass(frozen=True)
 class DecoderCache:
-    cross_kv: list[KV]  # per layer, computed once from the memory
-    memory_mask: Tensor | None  # (B, 1, 1, S)
-    self_kv: list[KV] | None = None  # per layer; None before the first step
+    def __init__(self, cross_kv: list[KV], memory_mask: Tensor | None, capacity: int = 64):
+        self.cross_kv = cross_kv  # per layer: K (B, H, S, d_k), V (B, H, S, d_v)
+        self.memory_mask = memory_mask  # (B, 1, 1, S)
+        self.capacity = max(int(capacity), 1)
+        self._buffers: list[KV] = []  # per layer: K (B, H, capacity, d_k), V (..., d_v)
+        self._filled: list[int] = [0] * len(cross_kv)  # positions written, per layer
 
     @property
     def length(self) -> int:
-        """Target positions already decoded (P)."""
-        return 0 if self.self_kv is None else self.self_kv[0][0].shape[2]
+        """Target positions already decoded (P): the position of the next token."""
+        return self._filled[-1] if self._filled else 0
 
     @property
     def batch_size(self) -> int:
         return self.cross_kv[0][0].shape[0]
 
-    def with_self_kv(self, self_kv: list[KV]) -> DecoderCache:
-        return DecoderCache(self.cross_kv, self.memory_mask, self_kv)
+    @property
+    def self_kv(self) -> list[KV]:
+        """Per layer, self-attention K ``(B, H, P, d_k)`` and V ``(B, H, P, d_v)`` (views)."""
+        P = self.length
+        return [(k[:, :, :P], v[:, :, :P]) for k, v in self._buffers]
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
+        """Write layer ``layer``'s K ``(B, H, L, d_k)`` / V ``(B, H, L, d_v)`` of L new positions
+        after its P cached ones; return its K/V over all ``P + L`` positions (views)."""
+        if layer == len(self._buffers):  # first call: the buffers take dtype/device from K/V
+            B, H, _, _ = k.shape
+            self._buffers.append((k.new_empty(B, H, self.capacity, k.shape[-1]),
+                                  v.new_empty(B, H, self.capacity, v.shape[-1])))
+        P, L = self._filled[layer], k.shape[2]
+        if P + L > self._buffers[layer][0].shape[2]:
+            self._grow(layer, P + L)
+        buf_k, buf_v = self._buffers[layer]
+        buf_k[:, :, P : P + L] = k
+        buf_v[:, :, P : P + L] = v
+        self._filled[layer] = P + L
+        return buf_k[:, :, : P + L], buf_v[:, :, : P + L]
+
+    def _grow(self, layer: int, needed: int) -> None:
+        """Double the layer's buffers until ``needed`` positions fit (amortized O(1) a step)."""
+        buf_k, buf_v = self._buffers[layer]
+        size = buf_k.shape[2]
+        while size < needed:
+            size *= 2
+        P = self._filled[layer]
+        new_k = buf_k.new_empty(*buf_k.shape[:2], size, buf_k.shape[3])
+        new_v = buf_v.new_empty(*buf_v.shape[:2], size, buf_v.shape[3])
+        new_k[:, :, :P], new_v[:, :, :P] = buf_k[:, :, :P], buf_v[:, :, :P]
+        self._buffers[layer] = (new_k, new_v)
 
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:
+        """A cache of rows ``indices (B',)``. ``cross=False`` keeps the memory K/V as they are:
+        valid when every index stays within its own sentence's rows (beam reordering),
+        which saves copying the memory at every step."""
         with phase("seq2seq.cache.reorder"):
             return self._reorder(indices, cross)
 
     def _reorder(self, indices: Tensor, cross: bool) -> DecoderCache:
-        """Select rows ``indices (B',)`` of everything. ``cross=False`` keeps the memory
-        K/V as they are: valid when every index stays within its own sentence's rows
-        (beam reordering), which saves copying the memory at every step."""
-
         def pick(kv: KV) -> KV:
             return kv[0].index_select(0, indices), kv[1].index_select(0, indices)
 
-        self_kv = None if self.self_kv is None else [pick(kv) for kv in self.self_kv]
-        if not cross:
-            return DecoderCache(self.cross_kv, self.memory_mask, self_kv)
-        mask = None if self.memory_mask is None else self.memory_mask.index_select(0, indices)
-        return DecoderCache([pick(kv) for kv in self.cross_kv], mask, self_kv)
+        mask = self.memory_mask
+        cross_kv = self.cross_kv
+        if cross:
+            cross_kv = [pick(kv) for kv in self.cross_kv]
+            mask = None if mask is None else mask.index_select(0, indices)
+        out = DecoderCache(cross_kv, mask, self.capacity)
+        out._buffers = [pick(kv) for kv in self._buffers]
+        out._filled = list(self._filled)
+        return out

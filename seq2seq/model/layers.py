@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import attention, reference_attention
+from seq2seq.model.cache import KV, DecoderCache
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
 
@@ -179,32 +180,34 @@ class DecoderLayer(nn.Module):
         self,
         y: Tensor,
         self_mask: Tensor | None,
-        cross_kv: tuple[Tensor, Tensor],
+        cross_kv: KV,
         memory_mask: Tensor | None,
-        past_kv: tuple[Tensor, Tensor] | None = None,
+        cache: DecoderCache | None = None,
+        index: int = 0,
+        start: int = 0,
         need_weights: bool = False,
-    ):
-        """``y (B, L, d)`` new target positions; ``past_kv`` their predecessors' self-attn K/V
-        ``(B, H, P, d_k|d_v)``; ``cross_kv`` the memory's K/V ``(B, H, S, d_k|d_v)``.
+    ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None]]:
+        """``y (B, L, d_model)``: the L new target positions ``start ..``. ``cross_kv``: the
+        memory's K ``(B, H, S, d_k)`` / V ``(B, H, S, d_v)``. With ``cache``, this layer's
+        (number ``index``) new self-attention K/V are appended to the P cached ones and the
+        queries attend over all ``P + L``; without, over the L given positions only.
 
-        Returns ``(B, L, d)``, this layer's self K/V over all ``P + L`` positions, and
-        ``(self_weights, cross_weights)`` (None unless ``need_weights``).
+        Returns ``(B, L, d_model)`` and ``(self_weights (B, H, L, P+L), cross_weights
+        (B, H, L, S))``, both None unless ``need_weights``.
         """
-        start = 0 if past_kv is None else past_kv[0].shape[2]
 
         def self_attend(h: Tensor):
             k, v = self.self_attn.project_kv(h, start)
-            if past_kv is not None:
-                k, v = torch.cat((past_kv[0], k), dim=2), torch.cat((past_kv[1], v), dim=2)
-            out, w = self.self_attn(h, (k, v), self_mask, start, need_weights)
-            return out, (k, v, w)
+            if cache is not None:
+                k, v = cache.append(index, k, v)
+            return self.self_attn(h, (k, v), self_mask, start, need_weights)
 
         with phase("seq2seq.decoder.self_attn"):
-            y, (k, v, self_w) = self.self_block(y, self_attend)
+            y, self_w = self.self_block(y, self_attend)
         with phase("seq2seq.decoder.cross_attn"):
             y, cross_w = self.cross_block(
                 y, lambda h: self.cross_attn(h, cross_kv, memory_mask, need_weights=need_weights)
             )
         with phase("seq2seq.decoder.ffn"):
             y, _ = self.ff_block(y, lambda h: (self.ff(h), None))
-        return y, (k, v), (self_w, cross_w)
+        return y, (self_w, cross_w)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import causal_mask, padding_mask
-from seq2seq.model.cache import DecoderCache
+from seq2seq.model.cache import KV, DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
 from seq2seq.model.norms import final_norm
 from seq2seq.profiling import phase
@@ -58,31 +58,32 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(arch, rope) for _ in range(arch.decoder_layers))
         self.final_norm = final_norm(arch)
 
-    def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """Each layer's cross-attention K/V of ``memory (B, S, d)``: computed once per source."""
+    def cross_kv(self, memory: Tensor) -> list[KV]:
+        """Each layer's cross-attention K ``(B, H, S, d_k)`` / V ``(B, H, S, d_v)`` of
+        ``memory (B, S, d_model)``: computed once per source."""
         return [layer.cross_attn.project_kv(memory) for layer in self.layers]
 
     def forward(
         self,
         y: Tensor,
         self_mask: Tensor | None,
-        cross_kv: list,
+        cross_kv: list[KV],
         memory_mask: Tensor | None,
-        past: list | None = None,
+        cache: DecoderCache | None = None,
+        start: int = 0,
         weights: Attentions | None = None,
-    ) -> tuple[Tensor, list]:
-        """``y (B, L, d)`` -> ``(B, L, d)`` and each layer's self K/V over ``P + L`` positions."""
-        new_kv = []
+    ) -> Tensor:
+        """``y (B, L, d_model)`` at positions ``start ..`` -> ``(B, L, d_model)``; with a
+        cache, each layer's new self-attention K/V are appended to it."""
         for i, layer in enumerate(self.layers):
-            y, kv, (self_w, cross_w) = layer(
-                y, self_mask, cross_kv[i], memory_mask,
-                None if past is None else past[i], need_weights=weights is not None,
+            y, (self_w, cross_w) = layer(
+                y, self_mask, cross_kv[i], memory_mask, cache, i, start,
+                need_weights=weights is not None,
             )
-            new_kv.append(kv)
             if weights is not None:
                 weights.decoder_self.append(self_w)
                 weights.decoder_cross.append(cross_w)
-        return self.final_norm(y), new_kv
+        return self.final_norm(y)
 
 
 class Seq2Seq(nn.Module):
@@ -120,9 +121,11 @@ class Seq2Seq(nn.Module):
             src_mask = self.source_mask(src)
         return self.encoder(self.src_embed(src), src_mask, weights)
 
-    def init_cache(self, memory: Tensor, memory_mask: Tensor | None) -> DecoderCache:
-        """A fresh cache holding each layer's cross-attention K/V of ``memory``."""
-        return DecoderCache(self.decoder.cross_kv(memory), memory_mask)
+    def init_cache(self, memory: Tensor, memory_mask: Tensor | None,
+                   capacity: int = 64) -> DecoderCache:
+        """A fresh cache holding each layer's cross-attention K/V of ``memory (B, S, d_model)``,
+        with room for ``capacity`` target positions before it grows."""
+        return DecoderCache(self.decoder.cross_kv(memory), memory_mask, capacity)
 
     def decode(
         self,
@@ -136,26 +139,31 @@ class Seq2Seq(nn.Module):
 
         Without a cache, ``tgt (B, L)`` is the whole prefix and nothing is kept (returns
         ``None``). With one, ``tgt`` holds only the L new positions after the cache's P,
-        ``memory`` may be None (its K/V are in the cache), and the extended cache is
-        returned. Both give the same logits for the same positions.
+        ``memory`` may be None (its K/V are in the cache), and the cache, extended in place,
+        is returned. Both give the same logits for the same positions.
         """
         hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
         with phase("seq2seq.output_projection"):
             return self.output(hidden), cache
 
-    def decode_hidden(self, tgt, memory, memory_mask, cache=None, weights=None):
+    def decode_hidden(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+        weights: Attentions | None = None,
+    ) -> tuple[Tensor, DecoderCache | None]:
         """:meth:`decode` before the output projection: ``(B, L, d_model)`` and the cache."""
         if cache is None:
-            cross_kv, past, start = self.decoder.cross_kv(memory), None, 0
+            cross_kv, start = self.decoder.cross_kv(memory), 0
         else:
-            cross_kv, past, start = cache.cross_kv, cache.self_kv, cache.length
-            memory_mask = cache.memory_mask
+            cross_kv, start, memory_mask = cache.cross_kv, cache.length, cache.memory_mask
         L = tgt.shape[1]
         # New queries are the last L of P+L keys: bottom-right causal. One new query sees all.
         self_mask = None if L == 1 else causal_mask(L, start + L, device=tgt.device)
         y = self.tgt_embed(tgt, start)
-        y, new_kv = self.decoder(y, self_mask, cross_kv, memory_mask, past, weights)
-        return y, (None if cache is None else cache.with_self_kv(new_kv))
+        return self.decoder(y, self_mask, cross_kv, memory_mask, cache, start, weights), cache
 
     def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher forcing: ``src (B, S)``, ``tgt_in (B, L)`` -> logits ``(B, L, V)``.

@@ -1,0 +1,206 @@
+"""Batched beam search: ``beam_size`` live hypotheses per sentence, a pool of finished ones.
+
+Shapes: ``B`` sentences, ``N`` of them still active, ``K = beam_size`` beams each, ``T``
+steps, ``V`` target vocabulary. The only Python loop is over time steps.
+
+Each step scores all ``K x V`` extensions ``(N, K, V)`` and takes the top ``2K`` of the
+flattened ``(N, K*V)``: EOS candidates ranked within the top K finish (they enter the pool,
+normalized by the length penalty), and the best K non-EOS candidates (there always are K,
+as each beam has one EOS) become the next beams. Step 0 expands only beam 0 (the others
+start at -inf) so the K beams are K different tokens. A sentence is done when its n-th
+best finished hypothesis reaches :func:`finish_bound`; done sentences leave the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from seq2seq.config import DecodingConfig
+from seq2seq.decoding.rules import NEG_INF, constrain, length_penalty, max_lengths
+from seq2seq.decoding.state import DecoderRows, Hypothesis, start, steps_for
+from seq2seq.model import Seq2Seq
+from seq2seq.profiling import phase
+
+
+@dataclass
+class FinishedPool:
+    """Finished hypotheses per sentence, the ``n`` best by normalized score."""
+
+    tokens: Tensor  # (B, n, T)
+    scores: Tensor  # (B, n) total log-prob
+    norm: Tensor  # (B, n) normalized, -inf = empty slot
+    lengths: Tensor  # (B, n) including EOS
+
+    @classmethod
+    def empty(cls, B: int, n: int, T: int, pad: int, device) -> FinishedPool:
+        return cls(torch.full((B, n, T), pad, dtype=torch.long, device=device),
+                   torch.full((B, n), NEG_INF, device=device),
+                   torch.full((B, n), NEG_INF, device=device),
+                   torch.zeros((B, n), dtype=torch.long, device=device))
+
+    def merge(self, sent: Tensor, tokens: Tensor, scores: Tensor, norm: Tensor, length: int) -> None:
+        """Offer candidates ``tokens (N, C, T)``, ``scores/norm (N, C)`` (-inf = not
+        finishing) of active sentences ``sent (N,)``; keep each sentence's best n."""
+        with phase("seq2seq.search.pool"):
+            n = self.norm.shape[1]
+            all_norm = torch.cat((self.norm[sent], norm), dim=1)  # (N, n + C)
+            best_norm, idx = all_norm.topk(n, dim=1)
+            all_tokens = torch.cat((self.tokens[sent], tokens), dim=1)
+            all_scores = torch.cat((self.scores[sent], scores), dim=1)
+            all_len = torch.cat((self.lengths[sent], torch.full_like(scores, length, dtype=torch.long)), 1)
+            self.norm[sent] = best_norm
+            self.scores[sent] = all_scores.gather(1, idx)
+            self.lengths[sent] = all_len.gather(1, idx)
+            self.tokens[sent] = all_tokens.gather(1, idx[..., None].expand(-1, -1, all_tokens.shape[2]))
+
+    def hypotheses(self, eos: int) -> list[list[Hypothesis]]:
+        """Per sentence, its finished hypotheses best first (ids without EOS)."""
+        out = []
+        for toks, scores, norms, lens in zip(self.tokens.tolist(), self.scores.tolist(),
+                                             self.norm.tolist(), self.lengths.tolist()):
+            out.append([Hypothesis(ids[: ids.index(eos)] if eos in ids else ids[:n], s, z)
+                        for ids, s, z, n in zip(toks, scores, norms, lens) if math.isfinite(z)])
+        return out
+
+
+def finish_bound(best_live: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
+                 force_length: int | None = None) -> Tensor:
+    """``(N,)`` upper bound on the normalized score of any hypothesis that can still finish
+    after step ``t``, from the best live raw score ``best_live (N,)``.
+
+    A continuation of a live hypothesis with raw score ``s <= 0`` ends with raw ``s' <= s``
+    (log-probs are <= 0) and length ``L`` in ``[t+2, max_len+1]``, so its normalized score is
+    ``s'/lp(L) <= s/lp(L) <= s/max_L lp(L)`` (dividing a non-positive number by a larger
+    positive one can only raise it). ``lp`` is monotone in ``L`` (GNMT for either sign of
+    alpha, average, none), so the max is at an end of the range. This is exact: stopping
+    when the n-th best finished score reaches the bound returns what running to max length
+    would. Note it is ``s/lp(max_len+1)``, not the common ``s/lp(t+1)`` heuristic, which
+    can stop while a longer hypothesis would still win under GNMT or average.
+    """
+    with phase("seq2seq.search.finish_bound"):
+        if force_length is not None:  # every hypothesis has exactly force_length tokens
+            lo = hi = torch.full_like(max_len, force_length)
+        elif decoding.stopping == "heuristic":  # as if the best live one ended now: not a bound
+            lo = hi = torch.full_like(max_len, t + 1)
+        else:
+            lo, hi = torch.full_like(max_len, t + 2).minimum(max_len + 1), max_len + 1
+        lp = torch.maximum(
+            torch.as_tensor(length_penalty(lo.to(best_live.dtype), decoding)),
+            torch.as_tensor(length_penalty(hi.to(best_live.dtype), decoding)),
+        )
+        return best_live / lp
+
+
+@dataclass
+class _Beams:
+    """The live beams of the N active sentences."""
+
+    sent: Tensor  # (N,) original index of each active sentence
+    scores: Tensor  # (N, K) total log-probs, best first
+    tokens: Tensor  # (N, K, T) ids so far, then pad
+    last: Tensor  # (N * K,) the token each beam feeds the decoder next
+
+
+@dataclass
+class _Candidates:
+    """The top 2K extensions of each active sentence, best first."""
+
+    scores: Tensor  # (N, 2K)
+    origin: Tensor  # (N, 2K) the beam each extends
+    tok: Tensor  # (N, 2K) the token it adds
+    tokens: Tensor  # (N, 2K, T) its ids so far
+
+
+def _candidates(beams: _Beams, lprobs: Tensor, t: int) -> _Candidates:
+    """Extend every beam by every token (``lprobs (N*K, V)``) and keep the top 2K."""
+    N, K = beams.scores.shape
+    V = lprobs.shape[-1]
+    total = (beams.scores[..., None] + lprobs.view(N, K, V)).view(N, K * V)
+    scores, idx = total.topk(min(2 * K, K * V), dim=1)  # sorted
+    origin, tok = idx // V, idx % V
+    tokens = beams.tokens.gather(1, origin[..., None].expand(-1, -1, beams.tokens.shape[2]))
+    tokens[:, :, t] = tok
+    return _Candidates(scores, origin, tok, tokens)
+
+
+def _next_beams(beams: _Beams, cand: _Candidates, eos: int) -> tuple[_Beams, Tensor]:
+    """The K best non-EOS candidates become the beams (topk is sorted: order by rank).
+    Returns them and each new beam's parent row ``(N, K)`` among the old ``N*K`` rows."""
+    N, K = beams.scores.shape
+    rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
+    live = (rank + (cand.tok == eos) * 2 * K).argsort(dim=1)[:, :K]  # (N, K)
+    origin = cand.origin.gather(1, live)
+    parents = torch.arange(N, device=origin.device)[:, None] * K + origin
+    tokens = cand.tokens.gather(1, live[..., None].expand(-1, -1, cand.tokens.shape[2]))
+    return _Beams(beams.sent, cand.scores.gather(1, live), tokens,
+                  cand.tok.gather(1, live).reshape(-1)), parents
+
+
+def _offer_finished(pool: FinishedPool, beams: _Beams, cand: _Candidates, t: int,
+                    decoding: DecodingConfig, eos: int, last_step: bool) -> None:
+    """EOS candidates ranked within the top K (all top K at a forced last step) finish."""
+    K = beams.scores.shape[1]
+    rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
+    finishing = ((cand.tok == eos) | last_step) & (rank < K) & cand.scores.isfinite()
+    norm = cand.scores / length_penalty(float(t + 1), decoding)
+    pool.merge(beams.sent, cand.tokens, cand.scores.masked_fill(~finishing, NEG_INF),
+               norm.masked_fill(~finishing, NEG_INF), t + 1)
+
+
+def _drop_done(rows: DecoderRows, beams: _Beams, parents: Tensor, done: Tensor) -> _Beams:
+    """Reorder the decoder rows to the new beams; sentences that are done leave the batch
+    (their memory rows too), the others keep theirs without a copy."""
+    if not bool(done.any()):
+        rows.select(parents.view(-1), cross=False)
+        return beams
+    keep = (~done).nonzero().squeeze(1)
+    rows.select(parents[keep].view(-1), cross=True)
+    K = beams.scores.shape[1]
+    return _Beams(beams.sent[keep], beams.scores[keep], beams.tokens[keep],
+                  beams.last.view(-1, K)[keep].reshape(-1))
+
+
+@torch.inference_mode()
+def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: bool = True,
+                force_length: int | None = None, on_step=None,
+                stop_early: bool = True) -> tuple[list[list[Hypothesis]], Tensor]:
+    """Beam search of ``src (B, S)`` with ``decoding.beam_size`` beams; returns per sentence
+    its ``decoding.nbest`` hypotheses best first, and the 1-best ids ``(B, T)``.
+    ``stop_early=False`` runs every sentence to max length: the reference that shows the
+    :func:`finish_bound` stop is exact."""
+    K, arch = decoding.beam_size, model.arch
+    n = min(decoding.nbest, K)  # a beam holds K hypotheses at most
+    B, device, eos = src.shape[0], src.device, arch.eos_id
+    max_len_all = max_lengths(src, decoding, arch.pad_id, arch.max_positions)
+    T = steps_for(model, max_len_all, force_length)
+    rows, first = start(model, src, use_cache, T, beam_size=K)
+    pool = FinishedPool.empty(B, n, T, arch.pad_id, device)
+    scores = torch.full((B, K), NEG_INF, device=device)
+    scores[:, 0] = 0.0
+    beams = _Beams(torch.arange(B, device=device), scores,
+                   torch.full((B, K, T), arch.pad_id, dtype=torch.long, device=device), first)
+    for t in range(T):
+        max_len = max_len_all[beams.sent]  # (N,)
+        lprobs = rows.step(beams.last)  # (N*K, V)
+        if on_step is not None:
+            on_step(t, lprobs)
+        with phase("seq2seq.search.constrain"):
+            lprobs = constrain(lprobs, t, max_len.repeat_interleave(K), decoding, arch,
+                               force_length is not None)
+        cand = _candidates(beams, lprobs, t)
+        last_step = force_length is not None and t == T - 1
+        _offer_finished(pool, beams, cand, t, decoding, eos, last_step)
+        beams, parents = _next_beams(beams, cand, eos)
+        done = (t >= max_len) if force_length is None else torch.full_like(max_len, last_step, dtype=torch.bool)
+        if stop_early:
+            bound = finish_bound(beams.scores[:, 0], t, max_len, decoding, force_length)
+            done = done | (pool.norm[beams.sent, n - 1] >= bound)
+        if bool(done.all()):
+            break
+        beams = _drop_done(rows, beams, parents, done)
+    return pool.hypotheses(eos), pool.tokens[:, 0]
+

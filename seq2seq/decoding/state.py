@@ -1,0 +1,106 @@
+"""What every search keeps per decoder row, and what every search returns.
+
+``DecoderRows`` puts the two ways of decoding behind one interface: cached (the model's
+``DecoderCache`` holds K/V and positions) or uncached (the whole prefix is decoded again
+each step: the reference the cached path is tested against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.data.batch import decoder_start
+from seq2seq.model import Attentions, DecoderCache, Seq2Seq
+from seq2seq.profiling import phase
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without bos/eos
+    score: float  # total log-prob (including EOS when produced)
+    normalized: float  # score under the length penalty: what ranks hypotheses
+
+
+@dataclass
+class SearchResult:
+    """Per sentence, its hypotheses best first (``nbest`` of them for beam and sampling).
+
+    ``output (B, T)``: the 1-best as ids, then EOS, then pad. ``attentions`` (on request): per
+    sentence, the 1-best's weights with batch dim 1: encoder self ``(1, H, S_b, S_b)``, decoder
+    self ``(1, H, T_b, T_b)`` and cross ``(1, H, T_b, S_b)`` per layer, where ``S_b`` is the
+    source length and the ``T_b = |tokens| + 1`` decoder queries are ``bos y_0 .. y_{n-1}``:
+    query row ``i`` is the state that produced token ``i`` (the last row produced EOS).
+    """
+
+    hypotheses: list[list[Hypothesis]]
+    output: Tensor
+    attentions: list[Attentions] | None = None
+
+
+class DecoderRows:
+    """Decoder rows of one search. ``step(tokens (R,)) -> log_probs (R, V)`` feeds one new
+    token per row; ``select(rows (R',))`` keeps/reorders rows. ``cross=False`` is only valid
+    when each row stays within its own sentence (beam reordering): the memory rows are then
+    identical and need no copy."""
+
+    def __init__(self, model: Seq2Seq, memory: Tensor, memory_mask: Tensor, use_cache: bool,
+                 capacity: int):
+        self.model = model
+        self.cache: DecoderCache | None = (
+            model.init_cache(memory, memory_mask, capacity) if use_cache else None)
+        self.memory, self.memory_mask = (None, None) if use_cache else (memory, memory_mask)
+        self.prefix = None if use_cache else memory.new_zeros((memory.shape[0], 0), dtype=torch.long)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        with phase("seq2seq.decode_step"):
+            if self.cache is not None:
+                logits, self.cache = self.model.decode(tokens[:, None], None, None, self.cache)
+            else:
+                self.prefix = torch.cat((self.prefix, tokens[:, None]), dim=1)
+                logits, _ = self.model.decode(self.prefix, self.memory, self.memory_mask)
+            return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def select(self, rows: Tensor, cross: bool = True) -> None:
+        with phase("seq2seq.search.select"):
+            if self.cache is not None:
+                self.cache = self.cache.reorder(rows, cross=cross)
+                return
+            self.prefix = self.prefix.index_select(0, rows)
+            if cross:
+                self.memory = self.memory.index_select(0, rows)
+                self.memory_mask = self.memory_mask.index_select(0, rows)
+
+
+def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int,
+          beam_size: int = 1) -> tuple[DecoderRows, Tensor]:
+    """Encode ``src (B, S)`` once; each sentence gets ``beam_size`` consecutive decoder rows.
+    Returns the rows and their first input, BOS ``(B * beam_size,)``."""
+    src_mask = model.source_mask(src)  # (B, 1, 1, S)
+    with phase("seq2seq.encode"):
+        memory = model.encode(src, src_mask)  # (B, S, d_model)
+    state = DecoderRows(model, memory, src_mask, use_cache, capacity=steps)
+    if beam_size > 1:  # copy each sentence's projected memory K/V to its beams
+        state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
+    return state, decoder_start(src.shape[0] * beam_size, model.arch.bos_id, src.device)
+
+
+def steps_for(model: Seq2Seq, max_len: Tensor, force_length: int | None) -> int:
+    """Decoding steps for a batch: ``max(max_len) + 1`` (the last one EOS only), or exactly
+    ``force_length``."""
+    if force_length is None:
+        return int(max_len.max()) + 1
+    if not 0 < force_length <= model.arch.max_positions:
+        raise ValueError(
+            f"force_length={force_length} must be in 1..max_positions={model.arch.max_positions}"
+        )
+    return force_length
+
+
+def to_hypotheses(out: Tensor, scores: Tensor, norm: Tensor, eos: int) -> list[Hypothesis]:
+    """Rows of ``out (R, T)`` (ids, EOS, pad) as hypotheses without EOS/pad."""
+    return [Hypothesis(ids[: ids.index(eos)] if eos in ids else ids, s, z)
+            for ids, s, z in zip(out.tolist(), scores.tolist(), norm.tolist())]
