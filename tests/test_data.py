@@ -446,3 +446,25 @@ def test_start_batch_skips_once_and_resume():
     assert list(resumed) == full  # skipped once only
     resumed.start_batch = 3
     assert list(resumed) == full[3:]
+
+
+def test_one_packing_rule_for_training_and_inference():
+    """``token_batches`` (inference) and ``TokenBudgetSampler`` (training) cut the same sorted
+    sizes at the same places: count x largest size within the budget, nothing lost."""
+    from seq2seq.data.batch import pack, token_batches
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 40, size=500)
+    batches = token_batches(sizes.tolist(), 300)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+    for b in batches:
+        assert len(b) == 1 or len(b) * sizes[b].max() <= 300
+    # longest first, and each batch is as full as the rule allows (adding the next fails)
+    maxima = [int(sizes[b].max()) for b in batches]
+    assert maxima == sorted(maxima, reverse=True)
+    for smaller, larger in zip(batches[1:], batches[:-1]):
+        assert (len(smaller) + 1) * sizes[larger].min() > 300
+    sampler = TokenBudgetSampler(sizes, sizes, 300, shuffle=False)
+    ordered = np.sort(sizes, kind="stable")
+    assert [len(b) for b in sampler.batches()] == [len(b) for b in np.split(ordered, pack(ordered, 300))]
+    assert sorted(len(b) for b in batches) == sorted(len(b) for b in sampler.batches())

@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from seq2seq.checkpoint import CheckpointError, metadata
 from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
+from seq2seq.training.loss import label_smoothed_loss
 
 
 def lr_lambda(optim: OptimConfig, d_model: int):
@@ -104,12 +104,7 @@ class Seq2SeqModule(L.LightningModule):
         keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
         logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
         n_tokens = logits.shape[0]
-        loss = F.cross_entropy(
-            logits.float(),
-            batch.tgt_out[keep],
-            label_smoothing=self.optim.label_smoothing,
-            reduction="sum",
-        )
+        loss = label_smoothed_loss(logits, batch.tgt_out[keep], self.optim.label_smoothing)
         return loss / max(n_tokens, 1), n_tokens
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
