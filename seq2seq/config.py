@@ -256,10 +256,14 @@ class OptimConfig:
     eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
+    # "fused": output projection + loss + their gradients in chunks of loss_chunk target
+    # tokens, no N x V logits kept (training.loss); "plain": logits, then cross-entropy
+    loss: Literal["fused", "plain"] = "fused"
+    loss_chunk: int = 1024
 
     def __post_init__(self) -> None:
         _check_literals(self)
-        _positive(self, "lr", "eps")
+        _positive(self, "lr", "eps", "loss_chunk")
         _probability(self, "label_smoothing")
         if self.warmup_steps < 0:
             raise ConfigError(f"OptimConfig.warmup_steps must be >= 0, got {self.warmup_steps}")

@@ -91,19 +91,37 @@ def _rows_with_keys(mask: Tensor) -> Tensor:
     return mask.any(dim=-1, keepdim=True)
 
 
+# Queries per row up to which the explicit matmul path beats SDPA's CPU kernel (measured:
+# ``scripts/benchmark.py --sections attention``): one-token decode steps; training shapes
+# (L = S ~ 20) are faster through SDPA.
+MATMUL_MAX_QUERIES = 1
+
+
 def attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> Tensor:
-    """Fast path: ``softmax(q k^T / sqrt(d_k) + mask) v`` via SDPA. Returns ``(B, H, L, d_v)``."""
+    """Fast path: ``softmax(q k^T / sqrt(d_k) + mask) v``. Returns ``(B, H, L, d_v)``.
+
+    Routed by shape: SDPA, or for ``L <= MATMUL_MAX_QUERIES`` without dropout, two plain
+    matmuls around a softmax (the same maths as :func:`reference_attention`)."""
     mask = _check(q, k, v, mask)
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    has_key = _rows_with_keys(mask)
-    if bool(has_key.all()):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    # A row with no allowed key would be softmax over all -inf = NaN: open it, then zero it.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p)
-    return out.masked_fill(~has_key, 0.0)
+    has_key = None if mask is None else _rows_with_keys(mask)
+    empty_rows = has_key is not None and not bool(has_key.all())
+    if empty_rows:  # softmax over all -inf would be NaN: open such rows, zero them after
+        mask = mask | ~has_key
+    if q.shape[2] <= MATMUL_MAX_QUERIES and dropout_p == 0.0:
+        out = _matmul_attention(q, k, v, mask)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return out.masked_fill(~has_key, 0.0) if empty_rows else out
+
+
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """``softmax(q k^T / sqrt(d_k) + mask) v`` as matmuls; every row must have a key."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, L, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def reference_attention(

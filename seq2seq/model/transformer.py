@@ -165,18 +165,22 @@ class Seq2Seq(nn.Module):
         y = self.tgt_embed(tgt, start)
         return self.decoder(y, self_mask, cross_kv, memory_mask, cache, start, weights), cache
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None, *,
+                project: bool = True) -> Tensor:
         """Teacher forcing: ``src (B, S)``, ``tgt_in (B, L)`` -> logits ``(B, L, V)``.
 
-        ``keep (B, L)`` (bool) projects only those positions and returns ``(N, V)``: training
+        ``keep (B, L)`` (bool) keeps only those positions and returns ``(N, V)``: training
         passes the non-pad targets, skipping the vocabulary matmul and softmax on padding.
+        ``project=False`` returns the decoder states ``(N | B, L, d_model)`` instead, for a
+        loss that applies the output projection itself (``training.loss``).
         Right-padded targets need no key-padding mask: causality already hides every pad
         from every real position.
         """
         src_mask = self.source_mask(src)
         memory = self.encode(src, src_mask)
         y, _ = self.decode_hidden(tgt_in, memory, src_mask)
-        return self.output(y if keep is None else y[keep])
+        y = y if keep is None else y[keep]
+        return self.output(y) if project else y
 
     @torch.no_grad()
     def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:

@@ -2,10 +2,20 @@
 
 Logits are computed only for the ``N`` non-pad target positions (``Seq2Seq.forward(...,
 keep)``), so the vocabulary projection and softmax never run on padding.
+
+Two implementations of the same number:
+- :func:`label_smoothed_loss` on logits ``(N, V)`` (``F.cross_entropy``): the reference.
+- :func:`fused_projection_loss` on decoder states ``(N, d)`` and the output weight
+  ``(V, d)``: projects, scores and differentiates ``chunk`` rows at a time, so no ``N x V``
+  logits, log-probs or gradient tensor is ever materialized (at N = 4k tokens and V = 8k
+  each would be 128 MB, streamed through memory several times per step). The gradients are
+  computed in the forward pass, chunk by chunk while the logits are hot in cache, and the
+  backward pass only scales them: the same three matmuls as the plain version, no more.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -16,3 +26,62 @@ def label_smoothed_loss(logits: Tensor, targets: Tensor, smoothing: float) -> Te
     (Szegedy et al. 2016, as ``F.cross_entropy(label_smoothing=eps)``); fp32 whatever the
     logits' precision."""
     return F.cross_entropy(logits.float(), targets, label_smoothing=smoothing, reduction="sum")
+
+
+def _chunk_loss_and_grads(h: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
+                          need_grads: bool) -> tuple[Tensor, Tensor | None]:
+    """Loss of one chunk ``h (c, d)`` and, on request, d loss / d logits ``(c, V)``."""
+    logits = h @ weight.t()  # (c, V)
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (c, 1)
+    target_logit = logits.gather(1, targets[:, None])
+    V = logits.shape[1]
+    # -log p(target) = lse - z_t;  mean_v -log p(v) = lse - mean(z)
+    loss = ((1 - smoothing) * (lse - target_logit) + smoothing * (lse - logits.mean(1, True))).sum()
+    if not need_grads:
+        return loss, None
+    grad = torch.exp(logits.sub_(lse))  # softmax, in place: the logits are not needed again
+    grad.sub_(smoothing / V)
+    grad.scatter_add_(1, targets[:, None], torch.full_like(target_logit, smoothing - 1.0))
+    return loss, grad
+
+
+class _FusedProjectionLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
+                chunk: int) -> Tensor:
+        total = hidden.new_zeros(())
+        grad_h, grad_w = torch.empty_like(hidden), torch.zeros_like(weight)
+        for s in range(0, hidden.shape[0], chunk):
+            h = hidden[s : s + chunk]
+            loss, grad = _chunk_loss_and_grads(h, weight, targets[s : s + chunk], smoothing, True)
+            total += loss
+            torch.mm(grad, weight, out=grad_h[s : s + chunk])  # (c, d)
+            grad_w.addmm_(grad.t(), h)  # (V, d)
+        ctx.save_for_backward(grad_h, grad_w)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        gh = grad_h * grad_out if ctx.needs_input_grad[0] else None
+        gw = grad_w * grad_out if ctx.needs_input_grad[1] else None
+        return gh, gw, None, None, None
+
+
+def fused_projection_loss(hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
+                          chunk: int = 1024) -> Tensor:
+    """Summed label-smoothed loss of ``hidden (N, d) @ weight (V, d)^T`` against ``targets
+    (N,)``: equal to ``label_smoothed_loss(hidden @ weight.T, targets, smoothing)`` to fp32
+    rounding, in ``chunk``-row pieces (fp32 compute whatever the inputs' dtype)."""
+    dtype = hidden.dtype
+    if torch.is_autocast_enabled("cpu") or dtype != torch.float32:  # one precision, fp32
+        hidden, weight = hidden.float(), weight.float()
+    with torch.autocast("cpu", enabled=False):
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            return _FusedProjectionLoss.apply(hidden, weight, targets, smoothing, chunk)
+        # no backward to come (validation): the loss alone, one matmul a chunk
+        total = hidden.new_zeros(())
+        for s in range(0, hidden.shape[0], chunk):
+            rows = slice(s, s + chunk)
+            total += _chunk_loss_and_grads(hidden[rows], weight, targets[rows], smoothing, False)[0]
+        return total

@@ -16,7 +16,7 @@ from seq2seq.checkpoint import CheckpointError, metadata
 from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
-from seq2seq.training.loss import label_smoothed_loss
+from seq2seq.training.loss import fused_projection_loss, label_smoothed_loss
 
 
 def lr_lambda(optim: OptimConfig, d_model: int):
@@ -102,9 +102,15 @@ class Seq2SeqModule(L.LightningModule):
     def loss(self, batch) -> tuple[torch.Tensor, int]:
         """Label-smoothed cross-entropy per target token (padding ignored)."""
         keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
-        logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
-        n_tokens = logits.shape[0]
-        loss = label_smoothed_loss(logits, batch.tgt_out[keep], self.optim.label_smoothing)
+        targets, o = batch.tgt_out[keep], self.optim  # (N,)
+        if o.loss == "fused":
+            hidden = self.model(batch.src, batch.tgt_in, keep, project=False)  # (N, d_model)
+            loss = fused_projection_loss(hidden, self.model.output.weight, targets,
+                                         o.label_smoothing, o.loss_chunk)
+        else:
+            logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
+            loss = label_smoothed_loss(logits, targets, o.label_smoothing)
+        n_tokens = targets.shape[0]
         return loss / max(n_tokens, 1), n_tokens
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
