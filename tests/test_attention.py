@@ -320,5 +320,18 @@ def test_non_boolean_mask_is_refused():
     "mask_shape", [(L_, S_), (1, 1, 1, S_), (B_, 1, 1, S_), (B_, H_, L_, S_), (1, H_, L_, 1)]
 )
 def test_masks_that_fit_are_accepted(mask_shape):
+    """A mask of any broadcastable shape means the same as its expansion to (B, H, L, S):
+    softmax over the allowed keys (by hand here), a zero row where none is allowed."""
     q, k, v = _qkv()
-    assert attention(q, k, v, torch.ones(mask_shape, dtype=torch.bool)).shape == (B_, H_, L_, DV)
+    mask = torch.rand(mask_shape) < 0.6
+    mask.view(-1)[0] = False  # at least one forbidden and one allowed entry
+    mask.view(-1)[-1] = True
+    full = mask.expand(B_, H_, L_, S_)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(DK)).masked_fill(~full, -math.inf)
+    by_hand = torch.softmax(scores, -1).nan_to_num(0.0) @ v  # NaN rows: no allowed key
+    for out in both_paths(q, k, v, mask)[:2]:
+        assert out.shape == (B_, H_, L_, DV)
+        torch.testing.assert_close(out, by_hand, atol=1e-5, rtol=1e-5)
+    # All-True is no mask at all.
+    torch.testing.assert_close(attention(q, k, v, torch.ones(mask_shape, dtype=torch.bool)),
+                               attention(q, k, v), atol=1e-6, rtol=1e-6)

@@ -12,8 +12,11 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from seq2seq.checkpoint import CheckpointError, average, build_model, load_checkpoint
+from seq2seq.cli.train import build_cli
+from seq2seq.cli.train import main as train_main
 from seq2seq.config import DataConfig, ModelConfig, OptimConfig, TokenizerConfig
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.training.callbacks import AtomicCheckpointIO
@@ -140,7 +143,11 @@ def test_average_of_identical_checkpoints_is_the_same_model(small_corpus, tmp_pa
     saved = load_checkpoint(tmp_path / "avg.ckpt")["state_dict"]
     tied = [saved[f"model.{k}.weight"].data_ptr() for k in ("src_embed.tokens", "tgt_embed.tokens", "output")]
     assert len(set(tied)) == 1
-    assert build_model(load_checkpoint(tmp_path / "avg.ckpt")) is not None
+    # ... and the model built from the file is the average, tied output included
+    model = build_model(load_checkpoint(tmp_path / "avg.ckpt"))
+    assert model.output.weight is model.tgt_embed.tokens.weight is model.src_embed.tokens.weight
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, (wa[f"model.{key}"] + wb[f"model.{key}"]) / 2, msg=key)
 
 
 def test_bf16_mixed_precision_trains_on_cpu(small_corpus, tmp_path):
@@ -204,6 +211,49 @@ def test_unknown_config_key_is_named():
 def test_invalid_config_value_is_named():
     res = run_cli("fit", "--config", "configs/smoke.yaml", "--model.arch.norm_position", "middle")
     assert res.returncode != 0 and "norm_position" in res.stderr
+
+
+def checkpoint_dirpath(cli) -> Path:
+    """Where the CLI's own ModelCheckpoint (``--checkpoint.*``) writes."""
+    ours = [c for c in cli.trainer.callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val_bleu"]
+    assert len(ours) == 1
+    return Path(ours[0].dirpath)
+
+
+@pytest.mark.parametrize("configs,root", [
+    (["smoke.yaml"], "runs/smoke"),
+    (["multi30k_de_en_tiny.yaml"], "runs/multi30k_de_en_tiny"),
+    (["multi30k_en_de_tiny.yaml", "pre_ln.yaml"], "runs/multi30k_en_de_tiny"),
+    (["multi30k_en_fr_tiny.yaml"], "runs/multi30k_en_fr_tiny"),
+    (["multi30k_de_en_tiny.yaml", "quickstart.yaml"], "runs/quickstart"),  # scripts/quickstart.sh reads it
+], ids=lambda x: "+".join(x) if isinstance(x, list) else None)
+def test_shipped_configs_keep_checkpoints_in_runs_name_checkpoints(configs, root, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths resolve here; nothing is trained
+    monkeypatch.setattr(sys, "argv", ["seq2seq-train"])  # LightningCLI also looks at sys.argv
+    args = [a for c in configs for a in ("--config", str(ROOT / "configs" / c))]
+    assert checkpoint_dirpath(build_cli(args, run=False)) == tmp_path / root / "checkpoints"
+
+
+@pytest.mark.parametrize("dirpath_given", [False, True], ids=["root-dir-only", "dirpath-wins"])
+def test_cli_checkpoints_follow_default_root_dir(small_corpus, tmp_path, monkeypatch, dirpath_given):
+    """``--trainer.default_root_dir X`` alone puts checkpoints in X/checkpoints (not in the
+    config's runs/smoke); an explicit ``--checkpoint.dirpath`` still wins. Two steps."""
+    monkeypatch.chdir(tmp_path)  # a stray relative path would show up under tmp_path
+    monkeypatch.setattr(sys, "argv", ["seq2seq-train"])
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    train_main([
+        "fit", "--config", str(ROOT / "configs" / "smoke.yaml"), *cli_data_args(small_corpus),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.max_steps", "2",
+        "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+        "--trainer.num_sanity_val_steps", "0", "--model.val_bleu_max_sentences", "4",
+        "--trainer.default_root_dir", str(root), *(["--checkpoint.dirpath", str(elsewhere)] if dirpath_given else []),
+    ])
+    where = elsewhere if dirpath_given else root / "checkpoints"
+    assert load_checkpoint(where / "last.ckpt")["global_step"] == 2
+    names = sorted(p.name for p in where.iterdir())  # last + the best by validation BLEU
+    assert len(names) == 2 and names[0] == "last.ckpt" and names[1].startswith("step000002-bleu")
+    assert {p.parent for p in tmp_path.rglob("*.ckpt")} == {where}  # nowhere else
+    assert not (tmp_path / "runs").exists() and (root / "lightning_logs").is_dir()
 
 
 @pytest.mark.slow

@@ -85,24 +85,65 @@ def test_blank_lines_keep_their_place(checkpoint):
     assert out[0] == out[2] == out[4] == "" and out[1:4:2] == t.translate(SENTENCES[:2])
 
 
-def test_overlong_source_is_truncated_with_one_warning(checkpoint):
-    t = translator(checkpoint)
-    long = "Ein Hund rennt über die Wiese und " * 300  # 10,000 characters
+def translate_quietly(t: Translator, texts: list[str]) -> list:
+    """``t.translate_full`` that fails on any warning (e.g. an unexpected truncation)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return t.translate_full(texts)
+
+
+def assert_same_results(got: list, want: list) -> None:
+    """Same texts and scores: the random model's texts alone barely depend on the source
+    (it repeats a few pieces), its scores do."""
+    assert [r.hyp for r in got] == [r.hyp for r in want]
+    assert [r.score for r in got] == pytest.approx([r.score for r in want], abs=1e-5)
+
+
+def test_overlong_source_is_truncated_with_one_warning(checkpoint, tokenizers):
+    t, tok = translator(checkpoint), tokenizers.src
+    limit = t.model.arch.max_positions - 1  # room for the EOS collate_src appends
+    long = "Ein Hund rennt über die Wiese und " * 300  # 10,200 characters, 6,600 tokens
+    ids = tok.encode([long])[0]
+    assert len(ids) > limit and tok.encode([long[:10_000]])[0][:limit + 1] == ids[:limit + 1]
+    # The same line cut by hand to `limit` tokens, and to one token more.
+    at_limit, one_over = tok.decode([ids[:limit], ids[:limit + 1]])
+    assert tok.encode([at_limit, one_over]) == [ids[:limit], ids[:limit + 1]]
+    expected = translate_quietly(t, [at_limit])  # exactly at the limit: no cut, no warning
+    alone = translate_quietly(t, ["Kinder."])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = t.translate([long[:10_000], "Kinder.", long])
-    assert [str(w.message) for w in caught] == [  # one warning per call
-        "2 source line(s) longer than 63 tokens were truncated to 63"]
-    assert len(out) == 3 and all(isinstance(o, str) for o in out)
-    with pytest.warns(UserWarning, match="truncated"):
-        assert len(t._source_ids([long])[0]) == t.model.arch.max_positions - 1
+        out = t.translate_full([long[:10_000], "Kinder.", long])
+    assert [str(w.message) for w in caught] == [  # one warning per call, naming the count
+        f"2 source line(s) longer than {limit} tokens were truncated to {limit}"]
+    # Cut lines translate as if cut by hand (their head, not their tail); the other line
+    # in the call is unaffected.
+    assert_same_results(out, expected + alone + expected)
+    # ... which tells a cut one token short apart (the comparison can fail).
+    shorter = translate_quietly(t, tok.decode([ids[:limit - 1]]))[0]
+    assert shorter.score != pytest.approx(expected[0].score, abs=1e-4)
+    with pytest.warns(UserWarning, match=f"^1 source line\\(s\\) longer than {limit} tokens"):
+        assert_same_results(t.translate_full([one_over]), expected)
 
 
-def test_emoji_and_control_characters(checkpoint):
-    t = translator(checkpoint, method="beam", beam_size=2)
+def test_emoji_and_control_characters(checkpoint, tokenizers):
+    t, tok = translator(checkpoint, method="beam", beam_size=2), tokenizers.src
     odd = ["Ein Hund 🐶 rennt 🙂", "a\x00b\x07c\x1bd", "\u200b", "🙂🙂🙂", "ünïcödé \u202e text", "\x0c"]
-    out = t.translate(odd)
-    assert len(out) == len(odd) and all(isinstance(o, str) for o in out)
+    results = t.translate_full(odd, need_attention=True)
+    assert [r.src for r in results] == odd  # one result per line, in order
+    assert t.translate(odd) == [r.hyp for r in results]
+    # No line leaks into another: each translates as it does alone.
+    assert_same_results(results, [translate_quietly(t, [line])[0] for line in odd])
+    # The model sees exactly the tokenizer's pieces (then EOS); no byte fallback here, so
+    # characters outside the vocabulary are <unk> (id 1), one per run of them.
+    for line, r in zip(odd, results):
+        ids = tok.encode([line])[0]
+        assert r.src_pieces == (tok.id_to_piece(ids) + ["</s>"] if ids else []), repr(line)
+    assert tok.unk_id == 1 and tok.id_to_piece([1]) == ["<unk>"]
+    assert tok.encode(["🙂🙂🙂"])[0][-1] == 1 and results[3].src_pieces[-2:] == ["<unk>", "</s>"]
+    assert results[0].src_pieces.count("<unk>") == 2  # 🐶 and 🙂
+    assert "<unk>" in results[1].src_pieces  # NUL; the other control characters are normalized away
+    # Text the normalizer removes entirely (zero-width space, form feed) translates to "".
+    assert [r.hyp for r in results[2::3]] == ["", ""] and results[2].src_pieces == results[5].src_pieces == []
 
 
 def test_mode_restored_and_validation_call(checkpoint, tokenizers):
@@ -201,7 +242,25 @@ def test_cli_flags_map_onto_decoding_config():
     assert (cfg.method, cfg.beam_size, cfg.alpha, cfg.max_len_a) == ("beam", 4, 1.0, 2.0)
     cfg = decoding_from_args(parse(["-c", "x", "--sample", "--topk", "5", "--topp", "0.9", "--seed", "1"]))
     assert (cfg.method, cfg.top_k, cfg.top_p, cfg.seed) == ("sample", 5, 0.9, 1)
-    assert decoding_from_args(parse(["-c", "x", "--beam", "1"])).method == "greedy"
+    assert decoding_from_args(parse(["-c", "x", "--beam", "1"])) == DecodingConfig(method="greedy")
+    assert decoding_from_args(parse(["-c", "x", "--beam-size", "3"])).beam_size == 3  # alias
+    assert parse(["-c", "x", "--beam", "3"]).beam_size == 3
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+@pytest.mark.parametrize("beam", ["0", "-1"])
+@pytest.mark.parametrize("flag", ["--beam", "--beam-size"])
+def test_cli_beam_below_one_is_an_error(checkpoint, capsys, command, beam, flag):
+    """Not greedy in disguise: one line naming the flag and the value, exit status 2,
+    before any decoding (shared by seq2seq-translate and seq2seq-evaluate)."""
+    from seq2seq.cli import evaluate
+
+    main = {"translate": cli_main, "evaluate": evaluate.main}[command]
+    with pytest.raises(SystemExit) as exit_:
+        main(["-c", str(checkpoint), flag, beam, *(["Hallo"] if command == "translate" else [])])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err == f"seq2seq-{command}: error: --beam {beam}: the beam size must be >= 1 (1 = greedy)\n"
 
 
 @pytest.mark.parametrize("problem", ["missing", "garbage", "bad-flag"])

@@ -3,6 +3,11 @@
     seq2seq-train fit --config configs/multi30k_de_en_tiny.yaml [--model.arch.norm_position pre]
     seq2seq-train fit --config ... --ckpt_path runs/X/checkpoints/last.ckpt     # exact resume
     seq2seq-train fit --config ... --trainer.devices 2 --trainer.strategy ddp   # multi-device
+    seq2seq-train fit --config ... --trainer.default_root_dir runs/Y            # checkpoints: runs/Y/checkpoints
+
+Checkpoints (last.ckpt and the best by validation BLEU) go to ``--checkpoint.dirpath``,
+which defaults to ``<trainer.default_root_dir>/checkpoints`` (the working directory's
+``checkpoints`` when no root dir is set either).
 """
 
 from __future__ import annotations
@@ -40,6 +45,14 @@ class Seq2SeqCLI(LightningCLI):
         )
         parser.add_lightning_class_args(TrainingCurves, "curves")
 
+    def before_instantiate_classes(self) -> None:
+        # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed
+        # dirpath in the configs, --trainer.default_root_dir alone wrote into another run.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.get("checkpoint.dirpath") is None:
+            root = config.get("trainer.default_root_dir") or os.getcwd()  # Lightning's default
+            config["checkpoint.dirpath"] = os.path.join(root, "checkpoints")
+
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
         # atomic writes + weights_only reads for every checkpoint the Trainer touches
@@ -47,12 +60,9 @@ class Seq2SeqCLI(LightningCLI):
         return trainer
 
 
-def main(args: list[str] | None = None) -> None:
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # hub corpora still work when online
-    # Our sampler does resume mid-epoch (Seq2SeqModule.on_train_start skips the consumed
-    # batches), which Lightning cannot see from the DataLoader type.
-    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
-    Seq2SeqCLI(
+def build_cli(args: list[str] | None = None, run: bool = True) -> Seq2SeqCLI:
+    """The CLI object; ``run=False`` (no subcommand) only builds the classes (tests)."""
+    return Seq2SeqCLI(
         Seq2SeqModule,
         Seq2SeqDataModule,
         trainer_defaults={
@@ -65,7 +75,16 @@ def main(args: list[str] | None = None) -> None:
         },
         save_config_kwargs={"overwrite": True},
         args=args,
+        run=run,
     )
+
+
+def main(args: list[str] | None = None) -> None:
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # hub corpora still work when online
+    # Our sampler does resume mid-epoch (Seq2SeqModule.on_train_start skips the consumed
+    # batches), which Lightning cannot see from the DataLoader type.
+    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
+    build_cli(args)
     # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
     # "terminate called without an active exception".
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -47,7 +47,8 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     ``DecodingConfig`` default, so defaults live in one place."""
     d = DecodingConfig()
     g = ap.add_argument_group("decoding (defaults from DecodingConfig)")
-    g.add_argument("--beam", type=int, metavar="K", help=f"beam size; K > 1 = beam search, 1 = greedy (default: {d.method})")
+    g.add_argument("--beam", "--beam-size", dest="beam_size", type=int, metavar="K",
+                   help=f"beam size; K > 1 = beam search, 1 = greedy (default: {d.method})")
     g.add_argument("--nbest", type=int, help=f"hypotheses per sentence (beam/sample; default {d.nbest})")
     g.add_argument("--lenpen", type=float, metavar="ALPHA", help=f"GNMT length-penalty alpha (default {d.alpha})")
     g.add_argument("--length-penalty", choices=["gnmt", "average", "none"], help=f"normalization (default {d.length_penalty})")
@@ -69,13 +70,16 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
     """``DecodingConfig`` defaults overridden by the flags given (ConfigError is a ValueError)."""
     d = DecodingConfig()
     over = {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}
+    beam_size = getattr(args, "beam_size", None)
+    if beam_size is not None and beam_size < 1:  # 0 or -1 once silently meant greedy
+        raise ValueError(f"--beam {beam_size}: the beam size must be >= 1 (1 = greedy)")
     if getattr(args, "sample", False):
-        if args.beam is not None and args.beam > 1:
-            raise ValueError("--sample and --beam K>1 exclude each other")
+        if beam_size is not None and beam_size > 1:
+            raise ValueError(f"--sample and --beam {beam_size} exclude each other")
         over["method"] = "sample"
-    elif args.beam is not None:
-        over["method"] = "beam" if args.beam > 1 else "greedy"
-        over["beam_size"] = args.beam if args.beam > 1 else d.beam_size
+    elif beam_size is not None:
+        over["method"] = "beam" if beam_size > 1 else "greedy"
+        over["beam_size"] = beam_size if beam_size > 1 else d.beam_size
     method = over.get("method", d.method)
     if over.get("nbest", 1) > 1 and method == "greedy":
         raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")
