@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from seq2seq.export import FORMATS
+from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,9 +24,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-c", "--checkpoint", required=True, help="checkpoint file (.ckpt)")
     ap.add_argument("--to", required=True, choices=FORMATS, help="target format")
     ap.add_argument("-o", "--output", required=True, help="output folder (created)")
-    ap.add_argument("--quantization", choices=("int8", "int16", "float16"),
+    ap.add_argument("--quantization", choices=OFFERED_QUANTIZATIONS,
                     help="ctranslate2 weight type (default float32)")
-    ap.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    ap.add_argument("--force", action="store_true",
+                    help="replace a previous export in the output folder (only its files: "
+                         "a folder holding anything else, e.g. the checkpoint, is refused)")
     args = ap.parse_args(argv)
     if args.quantization and args.to != "ctranslate2":
         ap.error("--quantization is only supported with --to ctranslate2")

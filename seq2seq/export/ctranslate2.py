@@ -1,0 +1,228 @@
+"""Export to CTranslate2 (``to_ctranslate2``).
+
+The exported model computes exactly our network (same log-probs up to float rounding in
+float32), so its greedy/beam output can be compared token for token with ours.
+
+Built directly from ``ctranslate2.specs`` (not the Marian converter, which drops the
+last vocabulary row and starts the decoder from a zero embedding). Our sinusoidal (or
+learned) table is written as ``position_encodings`` so no channel permutation is
+needed; the norm placement (``seq2seq.model.norms.norm_placement``) maps to ``pre_norm``
+and to the stack's final norm, RMSNorm to ``rms_norm=True``, RoPE to ``rotary_dim=0,
+rotary_interleave=True`` on self-attention only. Tokens are strings: the vocabulary is
+the SentencePiece pieces (ids = our ids); the decoder starts from the BOS piece
+(``decoder_start_token``) and stops on EOS. CTranslate2 adds nothing to the source (no
+BOS/EOS): pass exactly the pieces our encoder sees.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.export.common import (
+    fit_vocabulary,
+    load,
+    prepare_dir,
+    refuse,
+    source_path,
+    vocabularies,
+)
+from seq2seq.model import Seq2Seq
+from seq2seq.model.norms import NormPlacement, norm_placement
+from seq2seq.specials import UNK_ID
+
+# What CTranslate2 itself accepts; the CLI offers OFFERED_QUANTIZATIONS.
+CT2_QUANTIZATIONS = (
+    "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+    "float32",
+)
+OFFERED_QUANTIZATIONS = ("int8", "int16", "float16")
+
+# Files ``spec.save`` writes for a TransformerSpec (one shared or two vocabularies).
+_PRODUCTS = {
+    "model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+    "target_vocabulary.json",
+}
+
+
+def is_product(name: str) -> bool:
+    """Whether ``name`` is a file :func:`to_ctranslate2` writes (``--force`` replaces it)."""
+    return name in _PRODUCTS
+
+
+def ct2_problems(arch: ModelConfig) -> list[str]:
+    """Options of ``arch`` that CTranslate2's Transformer spec cannot represent."""
+    problems = []
+    if arch.head_dim_k != arch.head_dim_v:
+        problems.append(
+            f"model.d_k={arch.head_dim_k} != model.d_v={arch.head_dim_v} "
+            "(CTranslate2 has one head_dim for queries, keys and values)"
+        )
+    placement = norm_placement(arch)
+    if placement.final_norm and not placement.pre:
+        problems.append(
+            f"model.norm_position={arch.norm_position!r} with a final norm "
+            "(CTranslate2 has a stack's final norm only with pre_norm)"
+        )
+    return problems
+
+
+# ---------------------------------------------------------------- weights
+def _numpy(t: Tensor):
+    """A float32 numpy *copy*: CTranslate2's quantizer scales arrays in place, which would
+    otherwise write through to the model's own parameters."""
+    return t.detach().to(device="cpu", dtype=torch.float32).numpy().copy()
+
+
+def _linear(s, lin: nn.Linear, rows: slice = slice(None)) -> None:
+    s.weight = _numpy(lin.weight[rows])
+    if lin.bias is not None:
+        s.bias = _numpy(lin.bias[rows])
+
+
+def _norm(s, module: nn.Module) -> None:
+    s.gamma = _numpy(module.weight)
+    if isinstance(module, nn.LayerNorm):  # RMSNorm has no bias
+        s.beta = _numpy(module.bias)
+
+
+def _embeddings(stack_spec, embed) -> None:
+    emb = stack_spec.embeddings
+    emb = emb[0] if isinstance(emb, list) else emb
+    emb.weight = _numpy(embed.tokens.weight)
+    stack_spec.scale_embeddings = True  # multiply by sqrt(d_model), as ours
+    if embed.kind != "rope":  # RoPE rotates queries and keys instead of adding a table
+        stack_spec.position_encodings.encodings = _numpy(embed.positions)
+
+
+def _self_attention_and_ffn(s, layer, attn_norm: nn.Module) -> None:
+    """The sublayers encoder and decoder layers share (CT2 fuses Q, K, V in one linear)."""
+    attn = layer.self_attn
+    qkv = s.self_attention.linear[0]
+    qkv.weight = _numpy(torch.cat((attn.w_q.weight, attn.w_kv.weight)))
+    qkv.bias = _numpy(torch.cat((attn.w_q.bias, attn.w_kv.bias)))
+    _linear(s.self_attention.linear[1], attn.w_o)
+    _norm(s.self_attention.layer_norm, attn_norm)
+    _linear(s.ffn.linear_0, layer.ff.w1)
+    _linear(s.ffn.linear_1, layer.ff.w2)
+    _norm(s.ffn.layer_norm, layer.ff_block.norm)
+
+
+def _write_encoder(spec, model: Seq2Seq, placement: NormPlacement) -> None:
+    _embeddings(spec, model.src_embed)
+    for s, layer in zip(spec.layer, model.encoder.layers):
+        _self_attention_and_ffn(s, layer, layer.attn_block.norm)
+    if placement.final_norm:
+        _norm(spec.layer_norm, model.encoder.final_norm)
+
+
+def _write_decoder(spec, model: Seq2Seq, placement: NormPlacement) -> None:
+    _embeddings(spec, model.tgt_embed)
+    for s, layer in zip(spec.layer, model.decoder.layers):
+        _self_attention_and_ffn(s, layer, layer.self_block.norm)
+        cross = layer.cross_attn
+        _linear(s.attention.linear[0], cross.w_q)
+        _linear(s.attention.linear[1], cross.w_kv)  # K rows then V rows, as CT2's
+        _linear(s.attention.linear[2], cross.w_o)
+        _norm(s.attention.layer_norm, layer.cross_block.norm)
+    if placement.final_norm:
+        _norm(spec.layer_norm, model.decoder.final_norm)
+    spec.projection.weight = _numpy(model.output.weight)
+
+
+# ---------------------------------------------------------------- spec
+def _empty_spec(arch: ModelConfig, placement: NormPlacement):
+    """A ``TransformerSpec`` of ``arch``'s shape, weights unset."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    relu = arch.activation == "relu"
+    options = dict(
+        pre_norm=placement.pre,
+        no_final_norm=not placement.final_norm,
+        activation=common_spec.Activation.RELU if relu else common_spec.Activation.GELU,
+        rms_norm=arch.norm == "rmsnorm",
+        head_dim=arch.head_dim_k if arch.head_dim_k * arch.n_heads != arch.d_model else None,
+    )
+    if arch.positional == "rope":
+        options.update(rotary_dim=0, rotary_interleave=True, rotary_base=10000.0)
+    return transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(arch.encoder_layers, arch.n_heads, **options),
+        transformer_spec.TransformerDecoderSpec(arch.decoder_layers, arch.n_heads, **options),
+    )
+
+
+def _set_vocabularies(spec, arch: ModelConfig, src_vocab: list[str], tgt_vocab: list[str]) -> None:
+    spec.register_source_vocabulary(src_vocab)
+    spec.register_target_vocabulary(tgt_vocab)
+    spec.config.unk_token = src_vocab[UNK_ID] if UNK_ID < len(src_vocab) else "<unk>"
+    spec.config.bos_token = tgt_vocab[arch.bos_id]
+    spec.config.eos_token = tgt_vocab[arch.eos_id]
+    spec.config.decoder_start_token = tgt_vocab[arch.bos_id]
+
+
+def ct2_spec(
+    model: Seq2Seq,
+    src_vocab: Sequence[str],
+    tgt_vocab: Sequence[str],
+    add_source_bos: bool = False,
+    add_source_eos: bool = False,
+):
+    """A validated ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights.
+
+    ``add_source_bos/eos``: let CTranslate2 wrap each source in ``<s> .. </s>`` itself
+    (set them to match how our data pipeline builds encoder inputs)."""
+    arch = model.arch
+    refuse("ctranslate2", ct2_problems(arch))
+    src_vocab = fit_vocabulary(src_vocab, arch.src_vocab_size, "src")
+    tgt_vocab = fit_vocabulary(tgt_vocab, arch.tgt_vocab_size, "tgt")
+    placement = norm_placement(arch)
+    spec = _empty_spec(arch, placement)
+    _write_encoder(spec.encoder, model, placement)
+    _write_decoder(spec.decoder, model, placement)
+    _set_vocabularies(spec, arch, src_vocab, tgt_vocab)
+    spec.config.add_source_bos = bool(add_source_bos)
+    spec.config.add_source_eos = bool(add_source_eos)
+    spec.config.layer_norm_epsilon = float(arch.norm_eps)
+    spec.validate()
+    return spec
+
+
+def to_ctranslate2(
+    ckpt_or_model: Any,
+    out_dir: str | os.PathLike,
+    quantization: str | None = None,
+    *,
+    src_vocab: Sequence[str] | None = None,
+    tgt_vocab: Sequence[str] | None = None,
+    add_source_bos: bool = False,
+    add_source_eos: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Write a CTranslate2 model directory for a checkpoint (path or dict) or a ``Seq2Seq``.
+
+    Vocabularies default to the checkpoint's SentencePiece pieces, or (bare model)
+    :func:`~seq2seq.export.common.default_vocabulary`. ``quantization``: None (float32) or
+    one of :data:`CT2_QUANTIZATIONS`. Raises ValueError naming any option CTranslate2 lacks.
+    """
+    if quantization is not None and quantization not in CT2_QUANTIZATIONS:
+        raise ValueError(
+            f"quantization={quantization!r} is not one of {list(CT2_QUANTIZATIONS)}"
+        )
+    import ctranslate2  # noqa: F401  (missing package: fail before reading anything)
+
+    model, ckpt = load(ckpt_or_model)
+    if src_vocab is None or tgt_vocab is None:
+        default_src, default_tgt = vocabularies(model, ckpt)
+        src_vocab = default_src if src_vocab is None else src_vocab
+        tgt_vocab = default_tgt if tgt_vocab is None else tgt_vocab
+    spec = ct2_spec(model, src_vocab, tgt_vocab, add_source_bos, add_source_eos)
+    spec.optimize(quantization=quantization)  # aliases tied/shared weights, quantizes
+    out = prepare_dir(out_dir, overwrite, "ctranslate2", is_product, source_path(ckpt_or_model))
+    spec.save(str(out))
+    return out
