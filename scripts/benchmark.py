@@ -1,11 +1,12 @@
 """Speed of decoding, training and attention against Hugging Face Marian and CTranslate2.
 
     python scripts/benchmark.py -c CKPT [--limit N] [--repeats 3] [--threads T]
-                                [--sections decode,train,attention] [--json out.json]
+                                [--sections decode,train,attention[,profile]] [--json out.json]
 
 Prints one table per section (medians of --repeats timed runs after a warm-up, the thread
-count, ratios with PASS/FAIL against the targets); peers that are not installed are
-skipped with a message. See ``seq2seq/benchmark.py`` for what each number measures.
+count, ratios with PASS/FAIL against the targets) and the 1-minute load average before and
+after (a WARNING when above 0.5: the figures are then not results); peers that are not
+installed are skipped with a message. See ``scripts/bench/`` for what each number measures.
 """
 
 from __future__ import annotations
@@ -21,31 +22,37 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from scripts.bench import core as B  # noqa: E402
+from scripts.bench.run import EXTRA_SECTIONS, SECTIONS, Options, run  # noqa: E402
+
+DEFAULTS = Options()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--checkpoint", required=True, help="a seq2seq checkpoint (.ckpt)")
-    ap.add_argument("--sections", default=",".join(B.SECTIONS),
-                    help=f"comma-separated subset of {','.join(B.SECTIONS)} (default: all), "
-                         "plus 'profile' (torch.profiler of our beam search on 2 batches)")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
+                         f"{','.join(EXTRA_SECTIONS)} (torch.profiler of our beam search on 2 batches)")
     ap.add_argument("--limit", type=int, default=None,
                     help="decode only the first N test sentences (default: all 1,000)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per number (median; default 3)")
+    ap.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
+                    help="timed runs per number (median; default 3)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for torch and CTranslate2 (default: torch.get_num_threads())")
-    ap.add_argument("--batch-size", type=int, default=100, help="sentences per decoding batch (default 100)")
-    ap.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
-    ap.add_argument("--force-length", type=int, default=50,
-                    help="output length of the forced-length greedy rows (default 50)")
-    ap.add_argument("--uncached-limit", type=int, default=200,
+    ap.add_argument("--decode-max-tokens", type=int, default=DEFAULTS.decode_max_tokens,
+                    help=f"padded source tokens per decoding batch (default {DEFAULTS.decode_max_tokens})")
+    ap.add_argument("--beam", dest="beam_size", type=int, default=DEFAULTS.beam_size,
+                    help=f"beam size (default {DEFAULTS.beam_size})")
+    ap.add_argument("--force-length", type=int, default=DEFAULTS.force_length,
+                    help=f"output length of the forced-length greedy rows (default {DEFAULTS.force_length})")
+    ap.add_argument("--uncached-limit", type=int, default=DEFAULTS.uncached_limit,
                     help="sentences for the cached-vs-uncached rows (default 200; 0 = all)")
-    ap.add_argument("--train-batches", type=int, default=8,
+    ap.add_argument("--train-batches", type=int, default=DEFAULTS.train_batches,
                     help="training batches per timed run (default 8)")
-    ap.add_argument("--max-tokens", type=int, default=4096, help="training batch budget (default 4096)")
-    ap.add_argument("--attention-iters", type=int, default=50,
+    ap.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens,
+                    help=f"training batch budget (default {DEFAULTS.max_tokens})")
+    ap.add_argument("--attention-iters", type=int, default=DEFAULTS.attention_iters,
                     help="attention calls per timed run (default 50)")
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "multi30k"))
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache" / "seq2seq"),
@@ -61,15 +68,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
 
-    threads = args.threads or torch.get_num_threads()
+    options = {k: v for k, v in vars(args).items() if k not in ("checkpoint", "sections", "json")}
+    options["threads"] = args.threads or torch.get_num_threads()
+    options["uncached_limit"] = args.uncached_limit or None
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    result = B.run(
-        args.checkpoint, sections=sections, limit=args.limit, repeats=args.repeats,
-        threads=threads, batch_size=args.batch_size, beam=args.beam,
-        force_length=args.force_length, uncached_limit=args.uncached_limit or None,
-        train_batches=args.train_batches, max_tokens=args.max_tokens,
-        attention_iters=args.attention_iters, data_dir=args.data_dir, cache_dir=args.cache_dir,
-    )
+    result = run(args.checkpoint, sections=sections, **options)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
         print(f"\nwrote {args.json}")

@@ -1,32 +1,45 @@
-"""Smoke test of the benchmark (``seq2seq/benchmark.py``, ``scripts/benchmark.py``) on a tiny
-random checkpoint: every section runs, peers agree with our greedy, tables and JSON come out.
-Peers that are not installed are skipped by the benchmark itself (rows left out)."""
+"""The benchmark (``scripts/bench``, ``scripts/benchmark.py``) on a tiny random checkpoint:
+the numbers it prints are the numbers it computed (ratios, medians, PASS/FAIL), its batches
+follow the library's packing and length rules, the profile reports the package's phase
+labels, and it uses only the public API of ``seq2seq``. Peers that are not installed are
+skipped by the benchmark itself (rows left out)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from scripts.bench import core as B
-from seq2seq.checkpoint import save_model
-from seq2seq.config import ModelConfig, TokenizerConfig
+from scripts.bench import attention as A
+from scripts.bench import decode as D
+from scripts.bench import profile as P
+from scripts.bench import report as R
+from scripts.bench import timing as T
+from scripts.bench import train as TR
+from seq2seq import profiling
+from seq2seq.checkpoint import build_model, load_checkpoint, save_model
+from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig
 from seq2seq.data.batch import collate
 from seq2seq.data.sources import read_lines
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.decoding.rules import max_lengths
 from seq2seq.model import Seq2Seq
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"
+BENCH = ROOT / "scripts" / "bench"
 HAVE_HF = importlib.util.find_spec("transformers") is not None
 HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
+def ckpt_path(tmp_path_factory) -> Path:
     """A random d_model-32 model (max_positions 32: short decodes) and a 100-piece joint
     tokenizer, saved as an inference checkpoint."""
     texts = read_lines(DATA / "train.de.gz")[:200] + read_lines(DATA / "train.en.gz")[:200]
@@ -39,96 +52,232 @@ def ckpt(tmp_path_factory) -> Path:
     return path
 
 
-def test_measure_warms_up_then_takes_the_median():
+@pytest.fixture(scope="module")
+def ckpt(ckpt_path) -> dict:
+    return load_checkpoint(ckpt_path)
+
+
+def table_row(table: str, *keys: str) -> list[str]:
+    """The cells of the one table row whose first cells are ``keys`` (columns are 2+ spaces apart)."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()]
+    found = [cells for cells in rows if cells[: len(keys)] == list(keys)]
+    assert len(found) == 1, (keys, found)
+    return found[0]
+
+
+# ---------------------------------------------------------------- timing
+def test_measure_warms_up_then_takes_the_median_of_the_timer():
+    ticks = iter([0.0, 5.0, 10.0, 11.0, 20.0, 23.0])  # runs of 5, 1 and 3 s
     calls = []
-    m = B.measure(lambda: calls.append(1) or len(calls), repeats=3, warmup=lambda: calls.append(0))
-    assert calls == [0, 1, 1, 1] and m.result == 4 and len(m.times) == 3
-    assert m.seconds == sorted(m.times)[1]
+    m = T.measure(lambda: calls.append(1) or len(calls), repeats=3,
+                  warmup=lambda: calls.append(0), timer=lambda: next(ticks))
+    assert calls == [0, 1, 1, 1] and m.result == 4
+    assert m.times == [5.0, 1.0, 3.0] and m.seconds == 3.0
     assert m.rss_peak_mb is not None and m.rss_peak_mb > 0
+    assert (m.rss_rise_mb is not None) == T.RSS_RESETTABLE
 
 
-def test_batches_are_sorted_and_share_one_length_limit(ckpt):
-    ck = B.load_checkpoint(ckpt)
-    model = B.build_model(ck)
-    ids = [[5] * n for n in (3, 9, 1, 6, 4)]  # collate_src appends EOS (3)
-    src_vocab = [f"p{i}" for i in range(100)]
-    batches = B.make_batches(ids, 2, model.arch, src_vocab)
-    assert [b.src.shape for b in batches] == [(2, 10), (2, 5), (1, 2)]
-    assert [b.max_len for b in batches] == [22, 16, 12]  # floor(1.2 * longest + 10)
-    assert B.make_batches([[5] * 30], 1, model.arch, src_vocab)[0].max_len == 31  # capped
-    assert batches[0].pieces[1] == ["p5"] * 6 + ["p3"]  # unpadded, as CTranslate2 takes them
-
-
-def test_decoding_section_runs_every_engine_and_peers_agree(ckpt):
-    ck = B.load_checkpoint(ckpt)
-    texts = B.read_test_sources(ck, DATA, limit=6)
-    assert len(texts) == 6
+def test_load_guard_warns_above_half_a_core(monkeypatch):
+    assert T.load_warning("before", 0.5) is None
+    warning = T.load_warning("after", 0.73)
+    assert warning.startswith("WARNING") and "0.73" in warning and "after" in warning
+    monkeypatch.setattr(T, "load_average", lambda: 2.0)
     log = []
-    res = B.bench_decoding(B.build_model(ck), ck, texts, repeats=1, batch_size=3, beam=2,
-                           force_length=8, uncached_limit=3, log=log.append)
+    assert T.check_load("before", log.append) == 2.0
+    assert log[0] == "load average (1 min) before the run: 2.00" and log[1].startswith("WARNING")
+
+
+# ---------------------------------------------------------------- report
+def test_pass_fail_is_ratio_against_need_and_the_table_prints_the_ratio():
+    rows = [{"engine": f"peer {i}", "search": "beam 5", "set": "all", "sentences": 10,
+             "seconds": 1.0, "sent_per_s": 10.0, "tok_per_s": 100.0, "ours_over_this": ratio,
+             "agree_pct": 100.0, "rss_peak_mb": 1.0, "rss_rise_mb": 1.0}
+            for i, ratio in enumerate((0.5, 2.999, 3.0, 7.25))]
+    targets = [R.target(f"t{i}", row, 3.0) for i, row in enumerate(rows)]
+    assert [t["pass"] for t in targets] == [r["ours_over_this"] >= 3.0 for r in rows]
+    assert [r["pass"] for r in rows] == [False, False, True, True]
+    table = R.decode_table({"rows": rows, "notes": [], "skipped": []}, "decode")
+    col = R.DECODE_HEADER.index
+    for row in rows:
+        cells = table_row(table, row["engine"], "beam 5", "all")
+        assert cells[col("ours ÷ this")] == f"{row['ours_over_this']:.2f}"
+        assert cells[col("target")] == ">= 3"
+        assert cells[col("result")] == ("PASS" if row["pass"] else "FAIL")
+    report = R.targets_report(targets)
+    assert "FAIL  t0: 0.50 (need >= 3)" in report and "PASS  t3: 7.25 (need >= 3)" in report
+    assert R.fmt(None) == "-" and R.fmt(-0.001, ".2f") == "0.00" and R.fmt(True) == "PASS"
+
+
+# ---------------------------------------------------------------- decode inputs
+def test_batches_follow_the_token_budget_and_the_library_length_rule(ckpt):
+    arch = build_model(ckpt).arch
+    lengths = [3, 9, 1, 6, 4, 30, 12, 2, 7, 5]
+    ids = [[5] * n for n in lengths]
+    src_vocab = [f"p{i}" for i in range(100)]
+    batches = D.make_batches(ids, 24, arch, src_vocab)
+    seen = sorted(i for b in batches for i in b.index)
+    assert seen == list(range(len(ids)))  # every sentence exactly once
+    assert max(lengths) + 1 > 24 and [b.index for b in batches][0] == [5]  # oversized: alone, first
+    for b in batches:
+        assert b.src.numel() <= 24 or len(b.index) == 1
+        assert b.src.tolist() == [ids[i] + [arch.eos_id] + [arch.pad_id] * (b.src.shape[1] - len(ids[i]) - 1)
+                                  for i in b.index]
+        per_sentence = max_lengths(b.src, DecodingConfig(), arch.pad_id, arch.max_positions)
+        assert b.max_len == int(per_sentence.max())
+        assert b.max_len == min(math.floor(1.2 * b.src.shape[1] + 10), arch.max_positions - 1)
+        assert b.pieces == [[f"p{t}" for t in ids[i]] + [f"p{arch.eos_id}"] for i in b.index]
+    widths = [b.src.shape[1] for b in batches]
+    assert widths == sorted(widths, reverse=True)  # longest batch first
+    assert D.make_batches(ids, 24, arch)[0].pieces == []  # no vocabulary: no pieces
+
+
+def test_source_ids_are_truncated_to_fit_the_eos(ckpt):
+    arch = build_model(ckpt).arch
+    tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
+    long_text = " ".join(["Ein Hund rennt durch den Schnee."] * 20)
+    ids = D.source_ids([long_text, "Ein Hund."], tokenizers, arch)
+    assert len(ids[0]) == arch.max_positions - 1
+    assert ids[1] == tokenizers.src.encode(["Ein Hund."])[0]
+
+
+# ---------------------------------------------------------------- decode section
+def test_decoding_section_ratios_targets_and_agreement(ckpt):
+    texts = D.read_test_sources(ckpt, DATA, limit=6)
+    assert len(texts) == 6
+    res = D.bench_decoding(build_model(ckpt), ckpt, texts, repeats=1, max_tokens=40, beam_size=2,
+                           force_length=8, uncached_limit=3, log=lambda _: None)
     rows = {(r["engine"], r["search"], r["set"]): r for r in res["rows"]}
+    ours = {(s, st): r for (e, s, st), r in rows.items() if e == "ours"}
+    for (engine, search, subset), row in rows.items():
+        assert row["sent_per_s"] == pytest.approx(row["sentences"] / row["seconds"])
+        if engine != "ours":  # the ratio of the two rows' sentences/s
+            ref = ours[(search, subset)]
+            assert row["ours_over_this"] == pytest.approx(ref["sent_per_s"] / row["sent_per_s"])
     assert rows[("ours, no cache", "greedy", "first 3")]["agree_pct"] == 100.0
-    forced = rows[("ours", "greedy, 8 tok forced", "first 3")]
-    assert forced["target_tokens"] == 3 * 8
+    assert rows[("ours", "greedy, 8 tok forced", "first 3")]["target_tokens"] == 3 * 8
     assert rows[("ours, no cache", "greedy, 8 tok forced", "first 3")]["agree_pct"] == 100.0
     peers = ["HF Marian generate"] * HAVE_HF + ["CTranslate2 float32", "CTranslate2 int8"] * HAVE_CT2
     for name in peers:
         assert (name, "greedy", "all") in rows and (name, "beam 2", "all") in rows
-    # A random model never emits EOS: every engine stops at the same length limit.
-    for name in peers:
-        if "int8" not in name:
+        if "int8" not in name:  # a random model never emits EOS: all stop at the same limit
             assert res["greedy_agreement_pct"][name] == 100.0
-    names = {t["target"] for t in res["targets"]}
-    assert any("cached ÷ uncached" in n for n in names)
-    assert any("HF generate" in n for n in names) == HAVE_HF
-    assert any("CTranslate2 fp32" in n for n in names) == HAVE_CT2
-    if not (HAVE_HF and HAVE_CT2):
-        assert res["skipped"]
-    table = B.decode_table(res, "decode")
-    assert "PASS" in table or "FAIL" in table
+    assert len(res["targets"]) == 1 + HAVE_HF + HAVE_CT2
+    table = R.decode_table(res, "decode")
+    for t in res["targets"]:
+        row = next(r for r in res["rows"] if "target" in r and r["ours_over_this"] == t["ratio"])
+        assert t["pass"] == row["pass"] == (row["ours_over_this"] >= t["need"])
+        cells = table_row(table, row["engine"], row["search"], row["set"])
+        assert cells[R.DECODE_HEADER.index("ours ÷ this")] == f"{t['ratio']:.2f}"
+        assert cells[R.DECODE_HEADER.index("result")] == ("PASS" if t["pass"] else "FAIL")
+    assert (not res["skipped"]) == (HAVE_HF and HAVE_CT2)
+    assert res["max_tokens"] == 40 and res["beam_size"] == 2
     for row in res["rows"]:
         row.pop("hyps")
     json.dumps(res)
 
 
+def test_engines_share_each_batch_length_limit(ckpt):
+    model = build_model(ckpt)
+    ids = D.source_ids(D.read_test_sources(ckpt, DATA, limit=4), TokenizerPair.from_state(
+        ckpt["seq2seq"]["tokenizers"]), model.arch)
+    batches = D.make_batches(ids, 60, model.arch)
+    hyps = D.ours_engine(model)(batches)
+    # A random model never emits EOS: every 1-best runs to its batch's limit.
+    assert [len(h) for h in hyps] == [b.max_len for b in batches for _ in b.index]
+    assert D.agreement(hyps, hyps) == 100.0 and D.agreement([[1]], [[2]]) == 0.0
+
+
+# ---------------------------------------------------------------- train, attention
 def test_training_section_on_collated_batches(ckpt):
-    ck = B.load_checkpoint(ckpt)
     g = torch.Generator().manual_seed(0)
     examples = [{"src_ids": torch.randint(4, 100, (n,), generator=g).tolist(),
                  "tgt_ids": torch.randint(4, 100, (n + 1,), generator=g).tolist(), "id": i}
                 for i, n in enumerate((5, 7, 3, 6))]
     batches = [collate(examples[:2]), collate(examples[2:])]
-    res = B.bench_training(ck, batches, repeats=1, log=lambda _: None)
+    res = TR.bench_training(ckpt, batches, repeats=1, log=lambda _: None)
     assert [(r["engine"], r["precision"]) for r in res["rows"]][:1] == [("ours", "fp32")]
     assert len(res["rows"]) == (4 if HAVE_HF else 2)
     assert all(r["target_tokens"] == sum(b.n_tgt_tokens for b in batches) for r in res["rows"])
+    ours = {r["precision"]: r for r in res["rows"] if r["engine"] == "ours"}
+    for row in res["rows"]:
+        assert row["tok_per_s"] == pytest.approx(row["target_tokens"] / row["seconds"])
+        if row["engine"] != "ours":
+            ratio = ours[row["precision"]]["tok_per_s"] / row["tok_per_s"]
+            assert row["ours_over_this"] == pytest.approx(ratio) and row["pass"] == (ratio >= 1.5)
     assert len(res["targets"]) == (2 if HAVE_HF else 0)
-    assert "ours" in B.train_table(res, "train")
+    table = R.train_table(res, "train")
+    for row in res["rows"]:
+        assert table_row(table, row["engine"], row["precision"])[2] == f"{row['tok_per_s']:.0f}"
     json.dumps(res)
 
 
 def test_attention_section_small_shapes():
-    shapes = (B.AttentionShape("train", 4, 2, 5, 5, 8, "causal"),
-              B.AttentionShape("decode", 8, 2, 1, 5, 8, "padding", backward=False))
-    res = B.bench_attention(repeats=1, iters=2, shapes=shapes, log=lambda _: None)
+    shapes = (A.AttentionShape("train", 4, 2, 5, 5, 8, "causal"),
+              A.AttentionShape("decode", 8, 2, 1, 5, 8, "padding", backward=False))
+    res = A.bench_attention(repeats=1, iters=2, shapes=shapes, log=lambda _: None)
     train, decode = res["rows"]
-    assert train["ref_over_sdpa_fwdbwd"] > 0 and decode["sdpa_fwdbwd_us"] is None
-    assert "ref ÷ sdpa" in B.attention_table(res, "attention")
+    for kind in ("fwd", "fwdbwd"):
+        assert train[f"ref_over_sdpa_{kind}"] == train[f"reference_{kind}_us"] / train[f"sdpa_{kind}_us"]
+    assert decode["sdpa_fwdbwd_us"] is None and decode["ref_over_sdpa_fwdbwd"] is None
+    cells = table_row(R.attention_table(res, "attention"), "train")
+    assert cells[4] == f"{train['ref_over_sdpa_fwd']:.2f}"
+    assert cells[7] == f"{train['ref_over_sdpa_fwdbwd']:.2f}"
 
 
-def test_script_main_writes_json(ckpt, tmp_path, capsys):
+# ---------------------------------------------------------------- profile
+def test_profile_reports_each_phase_label_that_ran(ckpt):
+    texts = D.read_test_sources(ckpt, DATA, limit=4)
+    res = P.profile_beam(build_model(ckpt), ckpt, texts, beam_size=2, max_tokens=40, n_batches=1)
+    labels = [p["label"] for p in res["phases"]]
+    ran = {"seq2seq.encode", "seq2seq.decode_step", "seq2seq.decoder.self_attn",
+           "seq2seq.decoder.cross_attn", "seq2seq.decoder.ffn", "seq2seq.output_projection",
+           "seq2seq.search.constrain", "seq2seq.search.select", "seq2seq.cache.reorder",
+           "seq2seq.search.pool", "seq2seq.search.finish_bound"}  # all run in a cached beam search
+    assert ran <= set(labels) <= profiling.LABELS
+    assert labels == [label for label, _ in profiling.PHASES if label in labels]  # nesting order
+    assert all(p["seconds"] > 0 for p in res["phases"])
+    assert not {o["op"] for o in res["ops"]} & profiling.LABELS
+    assert res["decoder_rows"] >= res["steps"] * 2  # beam 2: two rows per sentence and step
+    report = R.profile_report(res, "profile")
+    for p in res["phases"]:
+        assert f"{p['phase']:<60s} {p['seconds']:7.3f}" in report
+
+
+# ---------------------------------------------------------------- public API only
+def test_bench_uses_only_the_public_api_of_seq2seq():
+    for path in BENCH.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("seq2seq"):
+                assert not any(a.name.startswith("_") for a in node.names), (path.name, node.module)
+                assert not any(part.startswith("_") for part in node.module.split(".")), path.name
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                assert node.attr.startswith("__"), (path.name, node.attr)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setattr", "delattr"):
+                raise AssertionError(f"{path.name}: {node.func.id} (no monkeypatching)")
+
+
+# ---------------------------------------------------------------- the script
+def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     spec = importlib.util.spec_from_file_location("benchmark_script", ROOT / "scripts" / "benchmark.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    monkeypatch.setattr(T, "load_average", lambda: 0.25)
     out = tmp_path / "bench.json"
-    script.main(["-c", str(ckpt), "--limit", "2", "--repeats", "1", "--threads", "1",
+    script.main(["-c", str(ckpt_path), "--limit", "2", "--repeats", "1", "--threads", "1",
                  "--sections", "decode,profile", "--uncached-limit", "1", "--force-length", "4",
-                 "--beam", "2", "--batch-size", "1", "--json", str(out)])
+                 "--beam", "2", "--decode-max-tokens", "20", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "Decoding: Multi30k test_2016_flickr de→en, 2 sentences, 1 thread(s)" in printed
     assert "Profile: ours beam 2" in printed
+    assert "load average (1 min) before the run: 0.25" in printed
+    assert "load average (1 min) after the run: 0.25" in printed and "WARNING" not in printed
     data = json.loads(out.read_text())
     assert set(data["sections"]) == {"decode", "profile"}
-    assert data["environment"]["threads"] == 1
+    env = data["environment"]
+    assert env["threads"] == 1 and env["load_1min_before"] == env["load_1min_after"] == 0.25
+    assert env["quiet"] is True
+    assert data["sections"]["decode"]["max_tokens"] == 20
+    assert data["sections"]["profile"]["beam_size"] == 2
     with pytest.raises(SystemExit):
-        script.main(["-c", str(ckpt), "--repeats", "0"])
+        script.main(["-c", str(ckpt_path), "--repeats", "0"])

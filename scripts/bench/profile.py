@@ -1,0 +1,56 @@
+"""The profile section (on request): ``torch.profiler`` over our beam search on the longest
+batches, with the package's opt-in phase labels (``seq2seq.profiling``): time per phase
+(one ``key_averages`` row per ``profiling.PHASES`` label that ran), the top operators, and
+how many decoder rows were computed compared with stopping each sentence right after its
+1-best's EOS."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from scripts.bench.decode import make_batches, ours_engine, source_ids
+from seq2seq import profiling
+from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.model import Seq2Seq
+
+
+def phase_times(events) -> list[dict]:
+    """CPU time (incl. what runs inside) of each ``PHASES`` label found, in nesting order."""
+    totals = {e.key: e.cpu_time_total / 1e6 for e in events}
+    return [{"label": label, "phase": description, "seconds": totals[label]}
+            for label, description in profiling.PHASES if label in totals]
+
+
+def top_operators(events, row_limit: int) -> list[dict]:
+    """The ``row_limit`` operators with the most self CPU time (phase labels excluded)."""
+    ops = [{"op": e.key, "seconds": e.self_cpu_time_total / 1e6, "calls": e.count}
+           for e in events if e.key not in profiling.LABELS and not e.key.startswith("ProfilerStep")]
+    return sorted(ops, key=lambda o: -o["seconds"])[:row_limit]
+
+
+def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam_size: int = 5,
+                 max_tokens: int = 2000, n_batches: int = 2, row_limit: int = 20) -> dict:
+    """Profile our beam search (``stopping="exact"``, the library default) on the first
+    ``n_batches`` batches (the longest) after one untimed warm-up batch."""
+    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
+    batches = make_batches(ids, max_tokens, model.arch)[:n_batches]
+    rows_per_step: list[int] = []
+    engine = ours_engine(model, beam_size, stopping="exact",
+                         on_step=lambda t, lprobs: rows_per_step.append(lprobs.shape[0]))
+    engine(batches[:1])  # warm-up
+    rows_per_step.clear()
+    start = time.perf_counter()
+    with profiling.labelled(), torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+        hyps = engine(batches)
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+    return {"batches": len(batches), "sentences": len(hyps), "wall_s": wall,
+            "steps": len(rows_per_step), "decoder_rows": sum(rows_per_step),
+            "decoder_rows_if_stopped_at_best": beam_size * sum(len(h) + 1 for h in hyps),
+            "mean_best_len": sum(map(len, hyps)) / len(hyps), "max_len": [b.max_len for b in batches],
+            "max_tokens": max_tokens, "beam_size": beam_size,
+            "phases": phase_times(events), "ops": top_operators(events, row_limit)}

@@ -1,0 +1,105 @@
+"""Targets (a ratio that must reach a bound) and the printed tables of every section."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from scripts.bench.timing import rss_label, rss_value
+
+
+def target(name: str, row: dict, need: float) -> dict:
+    """Attach a ``ratio >= need`` target to the row holding the ratio, and return it."""
+    ratio = row["ours_over_this"]
+    row["target"], row["pass"] = need, ratio >= need
+    return {"target": name, "ratio": ratio, "need": need, "pass": ratio >= need}
+
+
+def fmt(value: Any, spec: str = "") -> str:
+    """A table cell: "-" for None, PASS/FAIL for a bool, else ``format(value, spec)``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "PASS" if value else "FAIL"
+    text = format(value, spec)
+    return text[1:] if re.fullmatch(r"-0\.?0*", text) else text  # no "-0"
+
+
+def format_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]],
+                 notes: Sequence[str] = ()) -> str:
+    """Fixed-width columns: the first two left-aligned (names), the rest right (numbers)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+
+    rule = "-" * len(line(header))
+    out = [title, rule, line(header), rule, *(line(r) for r in rows), rule]
+    out += [f"  * {n}" for n in notes]
+    return "\n".join(out)
+
+
+def _target_cells(row: dict) -> list[str]:
+    return ["-" if "target" not in row else f">= {row['target']:g}", fmt(row.get("pass"))]
+
+
+DECODE_HEADER = ["engine", "search", "set", "sent.", "median s", "sent/s", "tok/s", "ours ÷ this",
+                 "target", "result", "agree %"]
+
+
+def decode_table(result: dict, title: str) -> str:
+    rows = [[r["engine"], r["search"], r["set"], str(r["sentences"]), fmt(r["seconds"], ".3f"),
+             fmt(r["sent_per_s"], ".1f"), fmt(r["tok_per_s"], ".0f"), fmt(r["ours_over_this"], ".2f"),
+             *_target_cells(r), fmt(r["agree_pct"], ".1f"), fmt(rss_value(r), ".0f")]
+            for r in result["rows"]]
+    return format_table(title, [*DECODE_HEADER, rss_label()], rows,
+                        result["notes"] + result["skipped"])
+
+
+def train_table(result: dict, title: str) -> str:
+    header = ["engine", "precision", "tok/s", "ms/step", "ours ÷ this", "target", "result", rss_label()]
+    rows = [[r["engine"], r["precision"], fmt(r["tok_per_s"], ".0f"), fmt(r["ms_per_step"], ".1f"),
+             fmt(r["ours_over_this"], ".2f"), *_target_cells(r), fmt(rss_value(r), ".0f")]
+            for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"] + result["skipped"])
+
+
+def attention_table(result: dict, title: str) -> str:
+    header = ["shape", "dims", "sdpa fwd µs", "ref fwd µs", "ref ÷ sdpa", "sdpa f+b µs",
+              "ref f+b µs", "ref ÷ sdpa"]
+    rows = [[r["shape"], r["dims"], fmt(r["sdpa_fwd_us"], ".1f"), fmt(r["reference_fwd_us"], ".1f"),
+             fmt(r["ref_over_sdpa_fwd"], ".2f"), fmt(r["sdpa_fwdbwd_us"], ".1f"),
+             fmt(r["reference_fwdbwd_us"], ".1f"), fmt(r["ref_over_sdpa_fwdbwd"], ".2f")]
+            for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"])
+
+
+def profile_report(res: dict, title: str) -> str:
+    """Summary lines, then time per phase (``profiling.PHASES`` order), then top operators."""
+    waste = res["decoder_rows"] / max(res["decoder_rows_if_stopped_at_best"], 1)
+    total = res["wall_s"]
+    lines = [
+        title,
+        f"  {res['sentences']} sentences in {res['batches']} batches (the longest), "
+        f"{total:.2f} s under the profiler; {res['steps']} decoder steps "
+        f"(length limits {res['max_len']}), mean 1-best length {res['mean_best_len']:.1f}",
+        f"  decoder rows computed {res['decoder_rows']:,}; if each sentence stopped right after "
+        f"its 1-best's EOS: {res['decoder_rows_if_stopped_at_best']:,} ({waste:.1f}x fewer)",
+        "", f"  {'phase (CPU time incl. what runs inside it)':<60s} {'s':>7s} {'% wall':>7s}",
+    ]
+    lines += [f"  {p['phase']:<60s} {p['seconds']:7.3f} {100 * p['seconds'] / total:6.1f}%"
+              for p in res["phases"]]
+    lines += ["", f"  {'operator (self CPU time)':<60s} {'s':>7s} {'% wall':>7s} {'calls':>8s}"]
+    lines += [f"  {o['op'][:60]:<60s} {o['seconds']:7.3f} {100 * o['seconds'] / total:6.1f}% "
+              f"{o['calls']:8d}" for o in res["ops"]]
+    return "\n".join(lines)
+
+
+def targets_report(targets: Sequence[dict]) -> str:
+    lines = ["Targets:"]
+    lines += [f"  {fmt(t['pass'])}  {t['target']}: {t['ratio']:.2f} (need >= {t['need']:g})"
+              for t in targets]
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""The whole run: the chosen sections in order, one printed table each, everything returned
+as plain dicts (``--json``), with the load average before and after as a quiet-machine guard.
+
+Rules shared by all measurements: a number is the median of ``repeats`` timed runs after one
+untimed warm-up run; one thread count for everything (``torch.set_num_threads`` and
+CTranslate2 ``intra_threads``, ``inter_threads=1``). See each section's module docstring.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from scripts.bench.attention import bench_attention
+from scripts.bench.decode import TEST_SPLIT, bench_decoding, read_test_sources
+from scripts.bench.profile import profile_beam
+from scripts.bench.report import (
+    attention_table,
+    decode_table,
+    profile_report,
+    targets_report,
+    train_table,
+)
+from scripts.bench.timing import QUIET_LOAD, RSS_RESETTABLE, check_load, optional, set_threads
+from scripts.bench.train import bench_training, training_batches
+from seq2seq.checkpoint import build_model, load_checkpoint
+from seq2seq.config import ModelConfig, from_dict
+
+SECTIONS = ("decode", "train", "attention")
+EXTRA_SECTIONS = ("profile",)  # on request only: where our beam search spends its time
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the sections need besides the checkpoint (see :func:`run`)."""
+
+    limit: int | None = None
+    repeats: int = 3
+    threads: int = 1
+    decode_max_tokens: int = 2000  # padded source tokens per decoding batch
+    beam_size: int = 5
+    force_length: int = 50
+    uncached_limit: int | None = 200
+    train_batches: int = 8
+    max_tokens: int = 4096  # training batch budget
+    attention_iters: int = 50
+    data_dir: str | os.PathLike = "data/multi30k"
+    cache_dir: str | os.PathLike = ".cache/seq2seq"
+
+
+def pair(ckpt: dict) -> str:
+    return f"{ckpt['seq2seq']['src_lang']}→{ckpt['seq2seq']['tgt_lang']}"
+
+
+def decode_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit)
+    log(f"\n[decode] {len(texts)} sentences of Multi30k {TEST_SPLIT}.{ckpt['seq2seq']['src_lang']}")
+    res = bench_decoding(build_model(ckpt), ckpt, texts, repeats=opts.repeats,
+                         threads=opts.threads, max_tokens=opts.decode_max_tokens,
+                         beam_size=opts.beam_size, force_length=opts.force_length,
+                         uncached_limit=opts.uncached_limit, log=log)
+    log("\n" + decode_table(res, f"Decoding: Multi30k {TEST_SPLIT} {pair(ckpt)}, {len(texts)} "
+                            f"sentences, {opts.threads} thread(s)"))
+    for row in res["rows"]:
+        row.pop("hyps", None)  # token ids: not for JSON
+    return res
+
+
+def train_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log(f"\n[train] first {opts.train_batches} batches, max_tokens {opts.max_tokens}")
+    batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
+                               opts.train_batches)
+    res = bench_training(ckpt, batches, repeats=opts.repeats, max_tokens=opts.max_tokens, log=log)
+    log("\n" + train_table(res, f"Training step: Multi30k train {pair(ckpt)}, "
+                           f"{opts.threads} thread(s)"))
+    return res
+
+
+def attention_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log("\n[attention]")
+    res = bench_attention(opts.repeats, opts.attention_iters, log=log)
+    log("\n" + attention_table(res, f"Attention: SDPA vs reference path, {opts.threads} thread(s)"))
+    return res
+
+
+def profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit)
+    log(f"\n[profile] ours beam {opts.beam_size}, torch.profiler")
+    res = profile_beam(build_model(ckpt), ckpt, texts, beam_size=opts.beam_size,
+                       max_tokens=opts.decode_max_tokens)
+    log("\n" + profile_report(res, f"Profile: ours beam {opts.beam_size}, "
+                              f"{opts.threads} thread(s)"))
+    return res
+
+
+RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
+           "profile": profile_section}
+
+
+def environment(threads: int) -> dict:
+    versions = {"torch": torch.__version__}
+    for name in ("transformers", "ctranslate2"):
+        mod = optional(name)
+        versions[name] = getattr(mod, "__version__", None) if mod else None
+    return {"threads": threads, "cpu_count": os.cpu_count(), "versions": versions,
+            "rss_per_engine": RSS_RESETTABLE}
+
+
+def check_sections(sections: Sequence[str]) -> None:
+    unknown = sorted(set(sections) - set(SECTIONS) - set(EXTRA_SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown section(s) {unknown}; choices: {list(SECTIONS + EXTRA_SECTIONS)}")
+
+
+def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
+        log: Log = print, **options: Any) -> dict:
+    """Run the chosen sections (``options``: the fields of :class:`Options`), print one table
+    each, return everything (JSON-ready)."""
+    check_sections(sections)
+    opts = Options(**options)
+    set_threads(opts.threads)
+    ckpt = load_checkpoint(checkpoint)
+    arch = from_dict(ModelConfig, ckpt["seq2seq"]["model_config"], "checkpoint model_config")
+    env = environment(opts.threads)
+    log(f"seq2seq benchmark: {checkpoint} ({pair(ckpt)}, d_model {arch.d_model}, "
+        f"{arch.encoder_layers}+{arch.decoder_layers} layers), {opts.threads} thread(s) on "
+        f"{env['cpu_count']} CPUs, {opts.repeats} timed repeats (median) after a warm-up")
+    env["load_1min_before"] = check_load("before", log)
+    out: dict[str, Any] = {"checkpoint": str(checkpoint), "environment": env, "sections": {}}
+    for name in SECTIONS + EXTRA_SECTIONS:
+        if name in sections:
+            out["sections"][name] = RUNNERS[name](ckpt, opts, log)
+    out["targets"] = [t for sec in out["sections"].values() for t in sec.get("targets", [])]
+    if out["targets"]:
+        log("\n" + targets_report(out["targets"]))
+    log("")
+    env["load_1min_after"] = check_load("after", log)
+    env["quiet"] = max(env["load_1min_before"], env["load_1min_after"]) <= QUIET_LOAD
+    return out

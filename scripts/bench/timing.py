@@ -1,0 +1,136 @@
+"""How every number is taken: median of timed runs after a warm-up, peak RSS per row, one
+thread count for all engines, and the load average that says whether the machine was quiet.
+
+Peak RSS is measured in this process: the kernel's high-water mark is reset before each
+row's warm-up (``/proc/self/clear_refs``) and the row reports how far it rose above the
+resident size just before. Where that reset is unavailable, the process-wide peak
+(``getrusage``) is reported instead, and :func:`rss_note` says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Above this 1-minute load average other work shares the CPUs: timings are not results.
+QUIET_LOAD = 0.5
+
+
+@dataclass
+class Measurement:
+    seconds: float  # median of the timed runs
+    times: list[float]
+    result: Any  # what the last timed run returned
+    rss_peak_mb: float | None  # peak resident size during warm-up + timed runs
+    rss_rise_mb: float | None  # ... minus the resident size just before them
+
+
+def proc_status_kb(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (VmRSS, VmHWM), or None off Linux."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process; False if impossible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return proc_status_kb("VmHWM") is not None
+
+
+RSS_RESETTABLE = reset_peak_rss()
+
+
+def measure(fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any] | None = None,
+            timer: Callable[[], float] = time.perf_counter) -> Measurement:
+    """Run ``warmup`` (default ``fn``) once untimed, then time ``fn`` ``repeats`` times with
+    ``timer``. Peak RSS covers the warm-up too (first-call allocations belong to the engine)."""
+    before = None
+    if RSS_RESETTABLE:
+        reset_peak_rss()
+        before = proc_status_kb("VmRSS")
+    (warmup or fn)()
+    times, result = [], None
+    for _ in range(repeats):
+        start = timer()
+        result = fn()
+        times.append(timer() - start)
+    if RSS_RESETTABLE:
+        peak = proc_status_kb("VmHWM")
+        peak_mb, rise_mb = peak / 1024, (peak - before) / 1024
+    else:  # Linux reports ru_maxrss in kB: the peak since the process started
+        peak_mb, rise_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, None
+    return Measurement(statistics.median(times), times, result, peak_mb, rise_mb)
+
+
+def rss_label() -> str:
+    """Column header for the RSS figure :func:`rss_value` picks."""
+    return "ΔRSS MB" if RSS_RESETTABLE else "RSS MB"
+
+
+def rss_value(row: dict) -> float | None:
+    return row["rss_rise_mb"] if RSS_RESETTABLE else row["rss_peak_mb"]
+
+
+def rss_note() -> str:
+    if RSS_RESETTABLE:
+        return ("ΔRSS: how far this process's peak resident memory rose during a row's warm-up "
+                "and timed runs above its resident memory just before (peak reset per row); "
+                "models, libraries and heap that earlier rows left resident are not counted")
+    return "RSS: process-wide peak since start (getrusage); not per engine"
+
+
+def set_threads(n: int) -> None:
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # only settable before the first parallel region
+        pass
+
+
+def optional(module: str):
+    """Import a peer library, or None (its rows are then skipped with a message)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def load_average() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def load_warning(when: str, load: float, limit: float = QUIET_LOAD) -> str | None:
+    """A WARNING line when the machine was busy (``load > limit``), else None."""
+    if load <= limit:
+        return None
+    return (f"WARNING: 1-minute load average {load:.2f} {when} the run is above {limit:g}: "
+            "other work shared the CPUs, so these figures are not results")
+
+
+def check_load(when: str, log: Callable[[str], None] = print) -> float:
+    """Print the 1-minute load average ``when`` ("before"/"after") the run, and a WARNING
+    line if the machine is busy; return it (for the JSON)."""
+    load = load_average()
+    log(f"load average (1 min) {when} the run: {load:.2f}")
+    warning = load_warning(when, load)
+    if warning:
+        log(warning)
+    return load
