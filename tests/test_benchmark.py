@@ -85,6 +85,30 @@ def test_load_guard_warns_above_half_a_core(monkeypatch):
     log = []
     assert T.check_load("before", log.append) == 2.0
     assert log[0] == "load average (1 min) before the run: 2.00" and log[1].startswith("WARNING")
+    log.clear()  # after the run the load counts our own threads: printed, no verdict
+    assert T.check_load("after", log.append) == 2.0
+    assert log == ["load average (1 min) after the run: 2.00 (includes this run's own threads)"]
+
+
+def test_other_work_counts_other_processes_not_ours():
+    """A busy loop in this process is not 'other work'; a busy child process is."""
+    import subprocess
+    import sys
+    import time
+
+    others = T.OtherWork()
+    others.start()
+    end = time.perf_counter() + 0.5
+    while time.perf_counter() < end:  # our own CPU
+        pass
+    assert others.cores() < 0.3
+    others.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"])
+    time.sleep(1.0)
+    busy = others.cores()
+    child.wait()
+    assert busy > 0.5
+    assert T.other_work_warning(busy).startswith("WARNING") and T.other_work_warning(0.1) is None
 
 
 # ---------------------------------------------------------------- report
@@ -263,6 +287,7 @@ def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     monkeypatch.setattr(T, "load_average", lambda: 0.25)
+    monkeypatch.setattr(T.OtherWork, "cores", lambda self: 0.0)  # whatever else runs now
     out = tmp_path / "bench.json"
     script.main(["-c", str(ckpt_path), "--limit", "2", "--repeats", "1", "--threads", "1",
                  "--sections", "decode,profile", "--uncached-limit", "1", "--force-length", "4",

@@ -25,7 +25,15 @@ from scripts.bench.report import (
     targets_report,
     train_table,
 )
-from scripts.bench.timing import QUIET_LOAD, RSS_RESETTABLE, check_load, optional, set_threads
+from scripts.bench.timing import (
+    QUIET_LOAD,
+    RSS_RESETTABLE,
+    OtherWork,
+    check_load,
+    optional,
+    other_work_warning,
+    set_threads,
+)
 from scripts.bench.train import bench_training, training_batches
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict
@@ -131,6 +139,8 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
         f"{arch.encoder_layers}+{arch.decoder_layers} layers), {opts.threads} thread(s) on "
         f"{env['cpu_count']} CPUs, {opts.repeats} timed repeats (median) after a warm-up")
     env["load_1min_before"] = check_load("before", log)
+    others = OtherWork()
+    others.start()
     out: dict[str, Any] = {"checkpoint": str(checkpoint), "environment": env, "sections": {}}
     for name in SECTIONS + EXTRA_SECTIONS:
         if name in sections:
@@ -140,5 +150,9 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
         log("\n" + targets_report(out["targets"]))
     log("")
     env["load_1min_after"] = check_load("after", log)
-    env["quiet"] = max(env["load_1min_before"], env["load_1min_after"]) <= QUIET_LOAD
+    env["other_cores"] = others.cores()
+    log(f"other processes' CPU during the run: {env['other_cores'] or 0.0:.2f} cores")
+    if warning := other_work_warning(env["other_cores"]):
+        log(warning)
+    env["quiet"] = env["load_1min_before"] <= QUIET_LOAD and not warning
     return out

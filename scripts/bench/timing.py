@@ -125,12 +125,51 @@ def load_warning(when: str, load: float, limit: float = QUIET_LOAD) -> str | Non
             "other work shared the CPUs, so these figures are not results")
 
 
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has used since boot (``/proc/stat``)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds this process (and its finished children) used."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class OtherWork:
+    """Cores that *other* processes kept busy between ``start()`` and ``cores()``: the
+    after-run load average counts the benchmark's own threads, this does not."""
+
+    def start(self) -> None:
+        self.t0, self.busy0, self.own0 = time.perf_counter(), busy_cpu_seconds(), own_cpu_seconds()
+
+    def cores(self) -> float | None:
+        busy = busy_cpu_seconds()
+        if busy is None or self.busy0 is None:
+            return None
+        other = (busy - self.busy0) - (own_cpu_seconds() - self.own0)
+        return max(other, 0.0) / max(time.perf_counter() - self.t0, 1e-9)
+
+
+def other_work_warning(cores: float | None, limit: float = QUIET_LOAD) -> str | None:
+    if cores is None or cores <= limit:
+        return None
+    return (f"WARNING: other processes kept {cores:.2f} cores busy during the run (more than "
+            f"{limit:g}): these figures are not results")
+
+
 def check_load(when: str, log: Callable[[str], None] = print) -> float:
     """Print the 1-minute load average ``when`` ("before"/"after") the run, and a WARNING
     line if the machine is busy; return it (for the JSON)."""
     load = load_average()
-    log(f"load average (1 min) {when} the run: {load:.2f}")
-    warning = load_warning(when, load)
+    note = " (includes this run's own threads)" if when == "after" else ""
+    log(f"load average (1 min) {when} the run: {load:.2f}{note}")
+    warning = load_warning(when, load) if when == "before" else None
     if warning:
         log(warning)
     return load
