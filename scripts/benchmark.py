@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("-c", "--checkpoint", required=True, help="a seq2seq checkpoint (.ckpt)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
-                         f"{','.join(EXTRA_SECTIONS)} (torch.profiler of our beam search on 2 batches)")
+                         f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; levers: "
+                         "training-step levers one at a time)")
     ap.add_argument("--limit", type=int, default=None,
                     help="decode only the first N test sentences (default: all 1,000)")
     ap.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
@@ -57,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "multi30k"))
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache" / "seq2seq"),
                     help="tokenized-data cache (training batches)")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
+                    help="train section: time fp32 only (bf16 autocast is slow on CPUs without "
+                         "native bf16)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     args = ap.parse_args(argv)
     if args.repeats < 1:

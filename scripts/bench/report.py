@@ -67,6 +67,13 @@ def train_table(result: dict, title: str) -> str:
     return format_table(title, header, rows, result["notes"] + result["skipped"])
 
 
+def levers_table(result: dict, title: str) -> str:
+    header = ["lever", "tok/s", "ms/step", "gain", "warm-up s"]
+    rows = [[r["engine"], fmt(r["tok_per_s"], ".0f"), fmt(r["ms_per_step"], ".1f"),
+             fmt(r["gain"], ".2f"), fmt(r["warmup_s"], ".1f")] for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"])
+
+
 def attention_table(result: dict, title: str) -> str:
     header = ["shape", "dims", "sdpa fwd µs", "ref fwd µs", "ref ÷ sdpa", "sdpa f+b µs",
               "ref f+b µs", "ref ÷ sdpa"]

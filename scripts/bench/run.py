@@ -21,6 +21,7 @@ from scripts.bench.profile import profile_beam
 from scripts.bench.report import (
     attention_table,
     decode_table,
+    levers_table,
     profile_report,
     targets_report,
     train_table,
@@ -34,12 +35,12 @@ from scripts.bench.timing import (
     other_work_warning,
     set_threads,
 )
-from scripts.bench.train import bench_training, training_batches
+from scripts.bench.train import PRECISIONS, bench_levers, bench_training, training_batches
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict
 
 SECTIONS = ("decode", "train", "attention")
-EXTRA_SECTIONS = ("profile",)  # on request only: where our beam search spends its time
+EXTRA_SECTIONS = ("profile", "levers")  # on request: beam profile; training levers
 Log = Callable[[str], None]
 
 
@@ -57,6 +58,7 @@ class Options:
     train_batches: int = 8
     max_tokens: int = 4096  # training batch budget
     attention_iters: int = 50
+    bf16: bool = True  # also time the training step under bf16 autocast
     data_dir: str | os.PathLike = "data/multi30k"
     cache_dir: str | os.PathLike = ".cache/seq2seq"
 
@@ -83,7 +85,8 @@ def train_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log(f"\n[train] first {opts.train_batches} batches, max_tokens {opts.max_tokens}")
     batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
                                opts.train_batches)
-    res = bench_training(ckpt, batches, repeats=opts.repeats, max_tokens=opts.max_tokens, log=log)
+    res = bench_training(ckpt, batches, repeats=opts.repeats, max_tokens=opts.max_tokens,
+                         precisions=PRECISIONS if opts.bf16 else PRECISIONS[:1], log=log)
     log("\n" + train_table(res, f"Training step: Multi30k train {pair(ckpt)}, "
                            f"{opts.threads} thread(s)"))
     return res
@@ -106,8 +109,18 @@ def profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def levers_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log(f"\n[levers] training step, first {opts.train_batches} batches, one lever at a time")
+    batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
+                               opts.train_batches)
+    res = bench_levers(ckpt, batches, repeats=opts.repeats, log=log)
+    log("\n" + levers_table(res, f"Training-speed levers: Multi30k train {pair(ckpt)}, fp32, "
+                            f"{opts.threads} thread(s)"))
+    return res
+
+
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
-           "profile": profile_section}
+           "profile": profile_section, "levers": levers_section}
 
 
 def environment(threads: int) -> dict:

@@ -5,7 +5,9 @@ same real Multi30k batches from ``TokenBudgetSampler``; fp32 and bf16 autocast."
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -49,12 +51,15 @@ def adam(model: torch.nn.Module) -> torch.optim.Adam:
     return torch.optim.Adam(model.parameters(), lr=OPTIM.lr, betas=OPTIM.betas, eps=OPTIM.eps)
 
 
-def ours_train_step(model: Seq2Seq, bf16: bool) -> Step:
+def ours_train_step(model: Seq2Seq, bf16: bool, optim: OptimConfig = OPTIM,
+                    compile: bool = False) -> Step:
     """``Seq2SeqModule.loss`` + backward + Adam step on ``model``'s weights."""
     from seq2seq.training.module import Seq2SeqModule  # pulls in lightning
 
-    module = Seq2SeqModule(arch=model.arch, optim=OPTIM)
+    module = Seq2SeqModule(arch=model.arch, optim=optim)
     module.model = model.train()  # the public slot configure_model fills when training
+    if compile:
+        model.compile(dynamic=True)  # as Seq2SeqModule(compile=True) does
     opt = adam(model)
 
     def step(batch) -> int:
@@ -96,13 +101,13 @@ def train_row(name: str, precision: str, step: Step, batches: Sequence, repeats:
 
 
 def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_tokens: int = 4096,
-                   log: Log = print) -> dict:
+                   precisions: Sequence[str] = PRECISIONS, log: Log = print) -> dict:
     """Ours vs Marian, fp32 and bf16 autocast; every row starts from the checkpoint's weights."""
     rows, targets, skipped, n_params = [], [], [], {}
     have_hf = optional("transformers") is not None
     if not have_hf:
         skipped.append("Hugging Face transformers not installed: MarianMTModel rows skipped")
-    for precision in PRECISIONS:
+    for precision in precisions:
         bf16 = precision != "fp32"
         model = build_model(ckpt)
         n_params["ours"] = trainable(model)
@@ -122,6 +127,53 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
             rows.append(hf)
     notes = train_notes(len(batches), rows[0]["target_tokens"], max_tokens, n_params)
     return {"rows": rows, "targets": targets, "notes": notes, "skipped": skipped}
+
+
+# Our training step with the levers switched one at a time (fp32). "torch dropout" puts
+# nn.Dropout (bernoulli_ masks) back in place of seq2seq.model.dropout.Dropout.
+PLAIN = replace(OPTIM, loss="plain")
+LEVERS = {
+    "plain loss, torch dropout (before)": dict(optim=PLAIN, torch_dropout=True),
+    "fused loss, torch dropout": dict(torch_dropout=True),
+    "plain loss, our dropout": dict(optim=PLAIN),
+    "fused loss, our dropout (default)": {},
+    "default + torch.compile": dict(compile=True),
+}
+
+
+def with_torch_dropout(model: Seq2Seq) -> Seq2Seq:
+    """``model`` with every ``Dropout`` module replaced by ``nn.Dropout`` of the same p."""
+    from seq2seq.model.dropout import Dropout
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Dropout):
+                parent.add_module(name, torch.nn.Dropout(child.p))  # replaces the child
+    return model
+
+
+def bench_levers(ckpt: dict, batches: Sequence, *, repeats: int = 3, log: Log = print) -> dict:
+    """Each training-speed lever alone and together, same batches, fresh weights each row.
+    The warm-up time is reported: for torch.compile it is the compilation."""
+    rows = []
+    for name, kw in LEVERS.items():
+        log(f"  timing {name} ...")
+        kw = dict(kw)
+        model = build_model(ckpt)
+        step = ours_train_step(with_torch_dropout(model) if kw.pop("torch_dropout", False) else model,
+                               False, **kw)
+        start = time.perf_counter()
+        step(batches[0])
+        warmup = time.perf_counter() - start
+        row = train_row(name, "fp32", step, batches, repeats)
+        row["warmup_s"] = warmup
+        rows.append(row)
+    base = rows[0]["tok_per_s"]
+    for row in rows:
+        row["gain"] = row["tok_per_s"] / base
+    return {"rows": rows, "targets": [], "skipped": [],
+            "notes": ["gain: tokens/s over the first row; warm-up: the first step alone "
+                      "(compilation for torch.compile rows), not in tok/s"]}
 
 
 def train_notes(n_batches: int, n_tok: int, max_tokens: int, n_params: dict[str, int]) -> list[str]:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import attention, reference_attention
 from seq2seq.model.cache import KV, DecoderCache
+from seq2seq.model.dropout import Dropout
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
 
@@ -67,7 +68,7 @@ class Embedding(nn.Module):
             self.register_buffer("positions", table, persistent=False)
         elif self.kind == "learned":
             self.positions = nn.Parameter(torch.randn(arch.max_positions, arch.d_model) * 0.02)
-        self.dropout = nn.Dropout(arch.dropout)
+        self.dropout = Dropout(arch.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """``ids (B, T)`` at positions ``start..`` -> ``(B, T, d_model)``."""
@@ -143,7 +144,7 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(arch.d_model, arch.d_ff)
         self.w2 = nn.Linear(arch.d_ff, arch.d_model)
         self.act = F.relu if arch.activation == "relu" else F.gelu
-        self.dropout = nn.Dropout(arch.activation_dropout)
+        self.dropout = Dropout(arch.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(self.act(self.w1(x))))

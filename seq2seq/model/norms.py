@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
+from seq2seq.model.dropout import Dropout
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
@@ -56,7 +57,7 @@ class Residual(nn.Module):
         super().__init__()
         self.pre = norm_placement(arch).pre
         self.norm = make_norm(arch.norm, arch.d_model, arch.norm_eps)
-        self.dropout = nn.Dropout(arch.dropout)
+        self.dropout = Dropout(arch.dropout)
 
     def forward(self, x: Tensor, f: Callable[[Tensor], tuple[Tensor, object]]):
         if self.pre:
