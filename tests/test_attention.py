@@ -8,12 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq.model import attention as attention_module
 from seq2seq.model.attention import (
+    MATMUL_MAX_SCORES,
     attention,
     causal_mask,
     lengths_mask,
+    matmul_attention,
     padding_mask,
     reference_attention,
+    sdpa_attention,
 )
 
 
@@ -138,6 +142,38 @@ def test_fast_path_equals_reference(shape, mask_kind):
     for name, gf, gr in zip("qkv", grads_fast, grads_ref):
         assert torch.isfinite(gf).all() and torch.isfinite(gr).all(), name
         torch.testing.assert_close(gf, gr, atol=1e-5, rtol=1e-5, msg=f"grad wrt {name}")
+
+
+@pytest.mark.parametrize("path", [sdpa_attention, matmul_attention], ids=["sdpa", "matmul"])
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "padding+causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}H{}L{}S{}dk{}dv{}".format(*s))
+def test_each_routed_path_equals_reference(path, shape, mask_kind):
+    """Both kernels the router picks from compute the reference maths, gradients included."""
+    B, H, L, S, d_k, d_v = shape
+    q, k, v = (torch.randn(B, H, n, d, requires_grad=True)
+               for n, d in ((L, d_k), (S, d_k), (S, d_v)))
+    mask = make_mask(mask_kind, B, H, L, S)
+    if mask is not None and mask.dim() == 2:
+        mask = mask[None, None]
+    if mask is not None and not mask.any(-1).all():
+        pytest.skip("rows without keys are attention()'s job, not the kernels'")
+    out, (ref, _) = path(q, k, v, mask), reference_attention(q, k, v, mask)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("L,S", [(1, 20), (20, 20), (64, 64), (65, 64), (128, 128)])
+def test_router_picks_matmul_for_small_score_matrices(L, S, monkeypatch):
+    calls = []
+    for name in ("sdpa_attention", "matmul_attention"):
+        real = getattr(attention_module, name)
+        monkeypatch.setattr(attention_module, name,
+                            lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    q, k, v = torch.randn(2, 2, L, 8), torch.randn(2, 2, S, 8), torch.randn(2, 2, S, 8)
+    attention(q, k, v, causal_mask(L, S))
+    assert calls == ["matmul_attention" if L * S <= MATMUL_MAX_SCORES else "sdpa_attention"]
 
 
 # ---------------------------------------------------------------- weights and convex hull

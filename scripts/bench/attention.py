@@ -1,5 +1,7 @@
-"""The attention section: ``attention`` (SDPA) vs ``reference_attention`` (explicit scores
-and softmax), forward and forward+backward, on training and decode-step shapes."""
+"""The attention section: the two kernels ``seq2seq.model.attention.attention`` routes
+between, ``sdpa_attention`` (PyTorch's SDPA) and ``matmul_attention`` (two matmuls around a
+softmax), forward and forward+backward, on training, long-sentence and decode-step shapes:
+the measurements behind ``MATMUL_MAX_SCORES``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from scripts.bench.timing import measure
-from seq2seq.model.attention import attention, causal_mask, lengths_mask, reference_attention
+from seq2seq.model.attention import causal_mask, lengths_mask, matmul_attention, sdpa_attention
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,14 @@ class AttentionShape:
 ATTENTION_SHAPES = (
     AttentionShape("train, encoder self (padding mask)", 128, 4, 20, 20, 32, "padding"),
     AttentionShape("train, decoder self (causal mask)", 128, 4, 20, 20, 32, "causal"),
+    AttentionShape("train, long sentences, decoder self (causal)", 32, 4, 64, 64, 32, "causal"),
+    AttentionShape("train, longer sentences, decoder self (causal)", 16, 4, 128, 128, 32, "causal"),
     AttentionShape("decode step, cross (beam 5 x 128 sent., padding)", 640, 4, 1, 20, 32,
                    "padding", backward=False),
     AttentionShape("decode step, self (beam 5 x 128 sent., 20 cached)", 640, 4, 1, 20, 32,
                    "none", backward=False),
 )
-PATHS = {"sdpa": attention, "reference": lambda *a: reference_attention(*a)[0]}
+PATHS = {"sdpa": sdpa_attention, "matmul": matmul_attention}
 
 
 def attention_inputs(shape: AttentionShape, generator: torch.Generator):
@@ -76,7 +80,7 @@ def attention_row(shape: AttentionShape, repeats: int, iters: int = 50) -> dict:
             row[f"{path}_{kind}_us"] = (time_attention(fn, *inputs, backward, repeats, iters)
                                         if shape.backward or not backward else None)
         sdpa = row[f"sdpa_{kind}_us"]
-        row[f"ref_over_sdpa_{kind}"] = None if sdpa is None else row[f"reference_{kind}_us"] / sdpa
+        row[f"matmul_over_sdpa_{kind}"] = None if sdpa is None else row[f"matmul_{kind}_us"] / sdpa
     return row
 
 
@@ -88,6 +92,7 @@ def bench_attention(repeats: int = 3, iters: int = 50, shapes=ATTENTION_SHAPES,
         rows.append(attention_row(shape, repeats, iters))
     notes = [f"µs per call, median of {repeats} runs of {iters} calls each; fp32; "
              "fwd+bwd: forward then backward of a random output gradient w.r.t. q, k, v",
-             "reference = seq2seq.model.attention.reference_attention (explicit scores, softmax, "
-             "returns weights); sdpa = seq2seq.model.attention.attention"]
+             "sdpa = seq2seq.model.attention.sdpa_attention (F.scaled_dot_product_attention); "
+             "matmul = seq2seq.model.attention.matmul_attention; attention() takes matmul for "
+             "L x S <= MATMUL_MAX_SCORES"]
     return {"rows": rows, "targets": [], "notes": notes, "skipped": []}

@@ -75,11 +75,11 @@ def levers_table(result: dict, title: str) -> str:
 
 
 def attention_table(result: dict, title: str) -> str:
-    header = ["shape", "dims", "sdpa fwd µs", "ref fwd µs", "ref ÷ sdpa", "sdpa f+b µs",
-              "ref f+b µs", "ref ÷ sdpa"]
-    rows = [[r["shape"], r["dims"], fmt(r["sdpa_fwd_us"], ".1f"), fmt(r["reference_fwd_us"], ".1f"),
-             fmt(r["ref_over_sdpa_fwd"], ".2f"), fmt(r["sdpa_fwdbwd_us"], ".1f"),
-             fmt(r["reference_fwdbwd_us"], ".1f"), fmt(r["ref_over_sdpa_fwdbwd"], ".2f")]
+    header = ["shape", "dims", "sdpa fwd µs", "matmul fwd µs", "matmul ÷ sdpa", "sdpa f+b µs",
+              "matmul f+b µs", "matmul ÷ sdpa"]
+    rows = [[r["shape"], r["dims"], fmt(r["sdpa_fwd_us"], ".1f"), fmt(r["matmul_fwd_us"], ".1f"),
+             fmt(r["matmul_over_sdpa_fwd"], ".2f"), fmt(r["sdpa_fwdbwd_us"], ".1f"),
+             fmt(r["matmul_fwdbwd_us"], ".1f"), fmt(r["matmul_over_sdpa_fwdbwd"], ".2f")]
             for r in result["rows"]]
     return format_table(title, header, rows, result["notes"])
 

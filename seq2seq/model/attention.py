@@ -8,7 +8,8 @@ with each dim equal to ``(B, H, L, S)``'s or 1. Anything else is refused: silent
 broadcasting along the wrong axis is the classic masking bug.
 
 Two paths with the same maths:
-- :func:`attention` uses ``F.scaled_dot_product_attention`` (the fast path);
+- :func:`attention` (the fast path) routes by shape to ``F.scaled_dot_product_attention`` or
+  to two plain matmuls, whichever is faster for that size on CPU;
 - :func:`reference_attention` spells out scores -> scale -> additive -inf -> softmax -> @V
   and returns the weights (tests, plots).
 A query row with no allowed key gives a zero output (and finite gradients) on both.
@@ -21,6 +22,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from seq2seq.model.dropout import dropout
 
 
 def causal_mask(
@@ -91,10 +94,12 @@ def _rows_with_keys(mask: Tensor) -> Tensor:
     return mask.any(dim=-1, keepdim=True)
 
 
-# Queries per row up to which the explicit matmul path beats SDPA's CPU kernel (measured:
-# ``scripts/benchmark.py --sections attention``): one-token decode steps; training shapes
-# (L = S ~ 20) are faster through SDPA.
-MATMUL_MAX_QUERIES = 1
+# Largest score matrix per head (L x S) for which the explicit matmul path beats PyTorch's
+# CPU SDPA kernel, measured on 2 cores (``python scripts/benchmark.py --sections attention``):
+# fwd+bwd at L = S = 20 the matmul path takes 0.46x SDPA's time, at 64 x 64 0.8-0.9x, at
+# 128 x 128 1.2x; one-query decode steps (1 x 20) 0.6x. Short sentences (Multi30k: ~13
+# tokens) are all on the matmul side; long documents go to SDPA.
+MATMUL_MAX_SCORES = 64 * 64
 
 
 def attention(
@@ -102,26 +107,33 @@ def attention(
 ) -> Tensor:
     """Fast path: ``softmax(q k^T / sqrt(d_k) + mask) v``. Returns ``(B, H, L, d_v)``.
 
-    Routed by shape: SDPA, or for ``L <= MATMUL_MAX_QUERIES`` without dropout, two plain
-    matmuls around a softmax (the same maths as :func:`reference_attention`)."""
+    Routed by shape: :func:`matmul_attention` for score matrices of at most
+    ``MATMUL_MAX_SCORES`` entries, else :func:`sdpa_attention`; the same maths as
+    :func:`reference_attention` (tested equal, gradients included)."""
     mask = _check(q, k, v, mask)
     has_key = None if mask is None else _rows_with_keys(mask)
     empty_rows = has_key is not None and not bool(has_key.all())
     if empty_rows:  # softmax over all -inf would be NaN: open such rows, zero them after
         mask = mask | ~has_key
-    if q.shape[2] <= MATMUL_MAX_QUERIES and dropout_p == 0.0:
-        out = _matmul_attention(q, k, v, mask)
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    small = q.shape[2] * k.shape[2] <= MATMUL_MAX_SCORES
+    out = (matmul_attention if small else sdpa_attention)(q, k, v, mask, dropout_p)
     return out.masked_fill(~has_key, 0.0) if empty_rows else out
 
 
-def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """``softmax(q k^T / sqrt(d_k) + mask) v`` as matmuls; every row must have a key."""
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                   dropout_p: float = 0.0) -> Tensor:
+    """``F.scaled_dot_product_attention``; every query row must have an allowed key."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     dropout_p: float = 0.0) -> Tensor:
+    """Two matmuls around a softmax; every query row must have an allowed key."""
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, L, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    weights = dropout(torch.softmax(scores, dim=-1), dropout_p, dropout_p > 0.0)
+    return weights @ v
 
 
 def reference_attention(

@@ -32,14 +32,19 @@ def _chunk_loss_and_grads(h: Tensor, weight: Tensor, targets: Tensor, smoothing:
                           need_grads: bool) -> tuple[Tensor, Tensor | None]:
     """Loss of one chunk ``h (c, d)`` and, on request, d loss / d logits ``(c, V)``."""
     logits = h @ weight.t()  # (c, V)
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (c, 1)
-    target_logit = logits.gather(1, targets[:, None])
     V = logits.shape[1]
+    target_logit = logits.gather(1, targets[:, None])  # (c, 1)
+    mean_logit = logits.mean(1, keepdim=True)
+    # One exp pass serves both the log-sum-exp and the softmax (the gradient).
+    top = logits.amax(1, keepdim=True)
+    exp = logits.sub_(top).exp_()  # in place: the logits are not needed again
+    total = exp.sum(1, keepdim=True)
+    lse = top + total.log()  # (c, 1)
     # -log p(target) = lse - z_t;  mean_v -log p(v) = lse - mean(z)
-    loss = ((1 - smoothing) * (lse - target_logit) + smoothing * (lse - logits.mean(1, True))).sum()
+    loss = ((1 - smoothing) * (lse - target_logit) + smoothing * (lse - mean_logit)).sum()
     if not need_grads:
         return loss, None
-    grad = torch.exp(logits.sub_(lse))  # softmax, in place: the logits are not needed again
+    grad = exp.div_(total)  # softmax
     grad.sub_(smoothing / V)
     grad.scatter_add_(1, targets[:, None], torch.full_like(target_logit, smoothing - 1.0))
     return loss, grad
