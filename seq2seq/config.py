@@ -120,10 +120,13 @@ class DecodingConfig:
     max_len_a: float = 1.2  # max target length = a * |src| + b
     max_len_b: int = 10
     min_len: int = 0
-    # beam: "exact" stops a sentence only when no live hypothesis can beat its n-th best
-    # finished one; "heuristic" assumes live ones end now (HF generate's default): faster,
-    # and usually the same output
-    stopping: Literal["exact", "heuristic"] = "exact"
+    # beam, when a sentence is done: "exact" when no live hypothesis can beat its n-th best
+    # finished one even at max length (the output of an unbounded search); "heuristic" when
+    # beam_size have finished and none would beat the worst of them ending now (HF generate's
+    # default, early_stopping=False); "patience" when patience x beam_size have finished
+    # (fairseq, CTranslate2)
+    stopping: Literal["exact", "heuristic", "patience"] = "exact"
+    patience: float = 1.0
     temperature: float = 1.0
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
@@ -132,7 +135,7 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         _check_literals(self)
-        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens")
+        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience")
         if self.nbest > self.beam_size and self.method == "beam":
             raise ConfigError(
                 f"DecodingConfig.nbest={self.nbest} cannot exceed beam_size={self.beam_size}"

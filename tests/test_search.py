@@ -197,21 +197,38 @@ def test_early_stop_is_exact(penalty, alpha):
         assert saved > 0  # and the bound does stop sentences early
 
 
-def test_heuristic_stopping_is_faster_and_never_better():
-    """``stopping="heuristic"`` follows the same beams but may stop sooner: it never does more
-    steps, and its 1-best can only score lower or equal (the exact run sees a superset)."""
+@pytest.mark.parametrize("stopping", ["heuristic", "patience"])
+def test_inexact_stopping_never_beats_exact(stopping):
+    """``heuristic`` (HF's rule) and ``patience`` (fairseq/CTranslate2's) follow the same
+    beams as the exact search and may stop sooner than max length: the 1-best can only
+    score lower or equal (the exact run's candidates are a superset), and they do stop
+    sentences before max length."""
     saved = 0
     for seed in range(8):
         model, src = Bigram.random(seed), torch.randint(4, 24, (6, 10))
         src[::2, 3:] = PAD
         exact_cfg = dcfg(method="beam", beam_size=4, length_penalty="average", max_len_b=12)
-        exact, exact_steps = recorded(beam_search, model, src, exact_cfg)
-        fast, fast_steps = recorded(beam_search, model, src, dataclasses.replace(exact_cfg, stopping="heuristic"))
+        exact = beam_search(model, src, exact_cfg)
+        full, full_steps = recorded(beam_search, model, src, exact_cfg, stop_early=False)
+        fast, fast_steps = recorded(beam_search, model, src, dataclasses.replace(exact_cfg, stopping=stopping))
         for e, f in zip(exact.hypotheses, fast.hypotheses):
             assert f[0].normalized <= e[0].normalized + 1e-6
-        assert sum(map(len, fast_steps)) <= sum(map(len, exact_steps))
-        saved += sum(map(len, exact_steps)) - sum(map(len, fast_steps))
+        saved += sum(map(len, full_steps)) - sum(map(len, fast_steps))
     assert saved > 0
+
+
+def test_patience_stops_once_that_many_have_finished():
+    """With patience p a sentence runs until ceil(p x K) hypotheses have finished: the pool
+    returned with nbest = K holds K finished hypotheses for every sentence that could
+    produce them, and a larger patience never stops sooner."""
+    for seed in range(4):
+        model, src = Bigram.random(seed), torch.randint(4, 24, (5, 8))
+        base = dcfg(method="beam", beam_size=3, nbest=3, length_penalty="average",
+                    max_len_b=15, stopping="patience")
+        one, one_steps = recorded(beam_search, model, src, base)
+        two, two_steps = recorded(beam_search, model, src, dataclasses.replace(base, patience=2.0))
+        assert all(len(h) == 3 for h in one.hypotheses)
+        assert len(two_steps) >= len(one_steps)
 
 
 def test_finish_bound_is_an_upper_bound():

@@ -95,7 +95,7 @@ def train_section(ckpt: dict, opts: Options, log: Log) -> dict:
 def attention_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log("\n[attention]")
     res = bench_attention(opts.repeats, opts.attention_iters, log=log)
-    log("\n" + attention_table(res, f"Attention: SDPA vs reference path, {opts.threads} thread(s)"))
+    log("\n" + attention_table(res, f"Attention: SDPA vs matmul path, {opts.threads} thread(s)"))
     return res
 
 

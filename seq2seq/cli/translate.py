@@ -34,6 +34,7 @@ _FIELDS = {
     "max_len_b": "max_len_b",
     "min_len": "min_len",
     "stopping": "stopping",
+    "patience": "patience",
     "temperature": "temperature",
     "topk": "top_k",
     "topp": "top_p",
@@ -54,7 +55,10 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--length-penalty", choices=["gnmt", "average", "none"], help=f"normalization (default {d.length_penalty})")
     g.add_argument("--max-len-a", type=float, help=f"max length = a*|src| + b (default a={d.max_len_a})")
     g.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
-    g.add_argument("--stopping", choices=["exact", "heuristic"], help=f"beam: when a sentence is done (default {d.stopping})")
+    g.add_argument("--stopping", choices=["exact", "heuristic", "patience"],
+                   help=f"beam: when a sentence is done (default {d.stopping}; see DecodingConfig)")
+    g.add_argument("--patience", type=float,
+                   help=f"with --stopping patience: stop after patience x K finished (default {d.patience})")
     g.add_argument("--min-len", type=int, help=f"no EOS before this many tokens (default {d.min_len})")
     g.add_argument("--sample", action="store_true", help="sample instead of searching")
     g.add_argument("--temperature", type=float, help=f"sampling temperature (default {d.temperature})")

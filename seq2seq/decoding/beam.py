@@ -173,7 +173,7 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
     ``stop_early=False`` runs every sentence to max length: the reference that shows the
     :func:`finish_bound` stop is exact."""
     K, arch = decoding.beam_size, model.arch
-    n = min(decoding.nbest, K)  # a beam holds K hypotheses at most
+    n = pool_size(decoding)
     B, device, eos = src.shape[0], src.device, arch.eos_id
     max_len_all = max_lengths(src, decoding, arch.pad_id, arch.max_positions)
     T = steps_for(model, max_len_all, force_length)
@@ -197,10 +197,32 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
         beams, parents = _next_beams(beams, cand, eos)
         done = (t >= max_len) if force_length is None else torch.full_like(max_len, last_step, dtype=torch.bool)
         if stop_early:
-            bound = finish_bound(beams.scores[:, 0], t, max_len, decoding, force_length)
-            done = done | (pool.norm[beams.sent, n - 1] >= bound)
+            done = done | _finished(pool, beams, t, max_len, decoding, force_length)
         if bool(done.all()):
             break
         beams = _drop_done(rows, beams, parents, done)
-    return pool.hypotheses(eos), pool.tokens[:, 0]
+    nbest = min(decoding.nbest, K)
+    return [h[:nbest] for h in pool.hypotheses(eos)], pool.tokens[:, 0]
+
+
+def pool_size(decoding: DecodingConfig) -> int:
+    """Finished hypotheses kept per sentence: the n-best (exact), or as many as the stopping
+    rule counts (beam_size for "heuristic", patience x beam_size for "patience")."""
+    n = min(decoding.nbest, decoding.beam_size)  # a beam holds K hypotheses at most
+    if decoding.stopping == "heuristic":
+        return max(n, decoding.beam_size)
+    if decoding.stopping == "patience":
+        return max(n, math.ceil(decoding.patience * decoding.beam_size))
+    return n
+
+
+def _finished(pool: FinishedPool, beams: _Beams, t: int, max_len: Tensor,
+              decoding: DecodingConfig, force_length: int | None) -> Tensor:
+    """``(N,)`` which active sentences the stopping rule ends after step ``t``: the pool's
+    last slot (the n-th / K-th / patience x K-th finished) is filled and, unless the rule is
+    "patience", scores at least what a live hypothesis could still reach."""
+    last = pool.norm[beams.sent, -1]
+    if decoding.stopping == "patience" and force_length is None:
+        return last > NEG_INF
+    return last >= finish_bound(beams.scores[:, 0], t, max_len, decoding, force_length)
 
