@@ -116,10 +116,10 @@ class _Candidates:
 
 
 def _candidates(beams: _Beams, lprobs: Tensor, t: int) -> _Candidates:
-    """Extend every beam by every token (``lprobs (N*K, V)``) and keep the top 2K."""
+    """Extend every beam by every token (``lprobs (N*K, V)``, overwritten) and keep the top 2K."""
     N, K = beams.scores.shape
     V = lprobs.shape[-1]
-    total = (beams.scores[..., None] + lprobs.view(N, K, V)).view(N, K * V)
+    total = lprobs.view(N, K, V).add_(beams.scores[..., None]).view(N, K * V)  # in place
     scores, idx = total.topk(min(2 * K, K * V), dim=1)  # sorted
     origin, tok = idx // V, idx % V
     tokens = beams.tokens.gather(1, origin[..., None].expand(-1, -1, beams.tokens.shape[2]))

@@ -46,8 +46,10 @@ def length_penalty(lengths: Tensor | float, decoding: DecodingConfig) -> Tensor 
 
 def constrain(lprobs: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
               arch: ModelConfig, force: bool) -> Tensor:
-    """Apply the output rules to step-``t`` log-probs ``(R, V)``; ``max_len (R,)`` per row."""
-    lprobs, eos = lprobs.clone(), arch.eos_id
+    """Apply the output rules to step-``t`` log-probs ``(R, V)`` *in place* (a step's log-probs
+    are a fresh tensor; copying R x V floats every step cost more than the rules themselves);
+    ``max_len (R,)`` per row."""
+    eos = arch.eos_id
     # pad and bos are never outputs: pad then only ever means "after EOS".
     lprobs[:, [arch.pad_id, arch.bos_id]] = NEG_INF
     if force:

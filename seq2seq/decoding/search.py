@@ -14,6 +14,7 @@ Conventions shared by all three searches (the rules themselves: ``seq2seq.decodi
 - ``use_cache=False`` recomputes the whole prefix each step (the reference path).
 - ``on_step(t, log_probs)`` (debug hook) sees the raw log-probs ``(rows, V)`` of each step,
   before any masking: rows are the active sentences (greedy/sample) or their beams (beam).
+  The search then modifies that tensor in place: a hook that keeps it must copy it.
 
 Call on a model in eval mode (dropout would make every step random).
 """

@@ -16,6 +16,7 @@ a new cache, leaving this one as it was.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from seq2seq.profiling import phase
@@ -91,6 +92,17 @@ class DecoderCache:
             cross_kv = [pick(kv) for kv in self.cross_kv]
             mask = None if mask is None else mask.index_select(0, indices)
         out = DecoderCache(cross_kv, mask, self.capacity)
-        out._buffers = [pick(kv) for kv in self._buffers]
+        out._buffers = [self._pick_filled(kv, P, indices) for kv, P in zip(self._buffers, self._filled)]
         out._filled = list(self._filled)
         return out
+
+    @staticmethod
+    def _pick_filled(kv: KV, P: int, indices: Tensor) -> KV:
+        """Rows ``indices`` of the first P positions into fresh buffers of the same capacity:
+        the free positions after P are never read, so they are not copied."""
+        out = []
+        for buf in kv:
+            new = buf.new_empty((indices.shape[0], *buf.shape[1:]))
+            torch.index_select(buf[:, :, :P], 0, indices, out=new[:, :, :P])
+            out.append(new)
+        return out[0], out[1]
