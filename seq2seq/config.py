@@ -115,7 +115,8 @@ class DecodingConfig:
     method: Literal["greedy", "beam", "sample"] = "greedy"
     beam_size: int = 5
     nbest: int = 1
-    length_penalty: Literal["gnmt", "average", "none"] = "gnmt"
+    # chosen on Multi30k val (shipped De->En model, beam 5): average 41.82 BLEU, gnmt 0.6 41.37
+    length_penalty: Literal["gnmt", "average", "none"] = "average"
     alpha: float = 0.6  # GNMT ((5 + |y|) / 6) ** alpha
     max_len_a: float = 1.2  # max target length = a * |src| + b
     max_len_b: int = 10
@@ -125,7 +126,7 @@ class DecodingConfig:
     # beam_size have finished and none would beat the worst of them ending now (HF generate's
     # default, early_stopping=False); "patience" when patience x beam_size have finished
     # (fairseq, CTranslate2)
-    stopping: Literal["exact", "heuristic", "patience"] = "exact"
+    stopping: Literal["exact", "heuristic", "patience"] = "heuristic"
     patience: float = 1.0
     temperature: float = 1.0
     top_k: int = 0  # 0 = off

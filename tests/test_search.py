@@ -49,7 +49,7 @@ def mixed_src(B: int = 8, S: int = 10, seed: int = 1) -> torch.Tensor:
 
 
 def dcfg(**kw) -> DecodingConfig:
-    base = dict(max_len_a=1.0, max_len_b=4, length_penalty="none")
+    base = dict(max_len_a=1.0, max_len_b=4, length_penalty="none", stopping="exact")
     return DecodingConfig(**{**base, **kw})
 
 
