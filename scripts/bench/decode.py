@@ -238,7 +238,7 @@ def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats:
         peers = {**hf_peers(model, beam_size, skipped),
                  **ct2_peers(model, src_vocab, tgt_vocab, beam_size, threads, workdir, skipped)}
         # Every torch engine before any CTranslate2 one: once CTranslate2 has run in a process,
-        # its idle threads cost torch ~40% (measured: our greedy 1.81 s before, 3.12 s after)
+        # its idle threads slow torch ~1.65x (measured: our greedy 2.07 s before, 3.42 s after)
         ours = ours_rows(model, batches, repeats, beam_size, log)
         cached = ours["greedy"] if subset == "all" else None  # ours greedy on the same set
         extra = cache_rows(model, sub_batches, subset, force_length, repeats, cached, log)
