@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import sentencepiece
@@ -13,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig, to_dict
+from seq2seq.data.batch import collate_src
 from seq2seq.decoding.search import greedy, search
 from seq2seq.export import ctranslate2 as ct2_export
 from seq2seq.export import export
@@ -494,12 +497,13 @@ def test_cli_ctranslate2_from_checkpoint(ct2, tokenizers, copy_model, tmp_path, 
     assert vocab == [proc.id_to_piece(i) for i in range(proc.get_piece_size())]
     config = json.loads((tmp_path / "ct2" / "config.json").read_text())
     assert (config["decoder_start_token"], config["eos_token"]) == ("<s>", "</s>")
-    # Text -> pieces (what CTranslate2 users feed) -> same tokens as our greedy on the ids.
+    assert (config["add_source_bos"], config["add_source_eos"]) == (False, True)
+    for name in ("source.model", "target.model"):  # the tokenizers ship, byte for byte
+        assert (tmp_path / "ct2" / name).read_bytes() == sp.to_bytes()
+    # Text -> pieces (what CTranslate2 users feed; it appends EOS) -> same tokens as our
+    # greedy on the encoder input our pipeline builds (ids + EOS).
     texts = ["der hund läuft", "a red house", "die katze"]
-    ids = sp.encode(texts)
-    src = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)
-    for row, seq in enumerate(ids):
-        src[row, : len(seq)] = torch.tensor(seq)
+    src = collate_src(sp.encode(texts), PAD_ID, EOS_ID)
     translator = _translator(ct2, tmp_path / "ct2")
     pieces = [sp.pieces(t) for t in texts]
     results = translator.translate_batch(pieces, beam_size=1, max_decoding_length=10,
@@ -507,6 +511,29 @@ def test_cli_ctranslate2_from_checkpoint(ct2, tokenizers, copy_model, tmp_path, 
                                          suppress_sequences=[["<pad>"], ["<s>"]])
     index = {p: i for i, p in enumerate(vocab)}
     assert [[index[p] for p in r.hypotheses[0]] for r in results] == ours_greedy(copy_model, src, 10)
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "multi30k_de_en_tiny.ckpt"
+
+
+def test_ct2_folder_alone_translates_shipped_model_as_ours(ct2, tmp_path):
+    """The README's recipe on the exported folder only (no seq2seq code): SentencePiece
+    pieces in, ``translate_batch`` as is, pieces decoded = our greedy translations."""
+    from seq2seq.decoding.translator import Translator
+
+    out = export(SHIPPED, "ctranslate2", tmp_path / "ct2")
+    lines = (SHIPPED.parents[1] / "multi30k" / "test_2016_flickr.de.gz")
+    with gzip.open(lines, "rt", encoding="utf-8") as f:
+        texts = [next(f).strip() for _ in range(8)]
+    sp_src = sentencepiece.SentencePieceProcessor(model_file=str(out / "source.model"))
+    sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(out / "target.model"))
+    translator = _translator(ct2, out)
+    results = translator.translate_batch([sp_src.encode(t, out_type=str) for t in texts],
+                                         beam_size=1)
+    theirs = [sp_tgt.decode(r.hypotheses[0]) for r in results]
+    ours = Translator.from_checkpoint(SHIPPED, DecodingConfig(method="greedy")).translate(texts)
+    assert theirs == ours
+    assert len(set(ours)) == len(texts)  # real, distinct translations
 
 
 def test_cli_hf_marian_from_checkpoint(hf, tokenizers, copy_model, tmp_path):

@@ -10,8 +10,14 @@ needed; the norm placement (``seq2seq.model.norms.norm_placement``) maps to ``pr
 and to the stack's final norm, RMSNorm to ``rms_norm=True``, RoPE to ``rotary_dim=0,
 rotary_interleave=True`` on self-attention only. Tokens are strings: the vocabulary is
 the SentencePiece pieces (ids = our ids); the decoder starts from the BOS piece
-(``decoder_start_token``) and stops on EOS. CTranslate2 adds nothing to the source (no
-BOS/EOS): pass exactly the pieces our encoder sees.
+(``decoder_start_token``) and stops on EOS.
+
+Exported from a checkpoint, the folder is self-sufficient: it ships the SentencePiece
+models (``source.model``, ``target.model``) and CTranslate2 appends the EOS our encoder
+was trained with (``add_source_eos``), so
+``translator.translate_batch([sp.encode(text, out_type=str)])`` works as is. Exported from
+a bare model or with given vocabularies there is no tokenizer to ship: CTranslate2 then
+adds nothing to the source, and callers pass exactly the pieces our encoder sees.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from seq2seq.export.common import (
     prepare_dir,
     refuse,
     source_path,
+    tokenizer_states,
     vocabularies,
 )
 from seq2seq.model import Seq2Seq
@@ -44,10 +51,12 @@ CT2_QUANTIZATIONS = (
 )
 OFFERED_QUANTIZATIONS = ("int8", "int16", "float16")
 
-# Files ``spec.save`` writes for a TransformerSpec (one shared or two vocabularies).
+# Files ``spec.save`` writes for a TransformerSpec (one shared or two vocabularies), and
+# the SentencePiece models shipped with a checkpoint's export.
+SENTENCEPIECE_FILES = {"src": "source.model", "tgt": "target.model"}
 _PRODUCTS = {
     "model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
-    "target_vocabulary.json",
+    "target_vocabulary.json", *SENTENCEPIECE_FILES.values(),
 }
 
 
@@ -201,14 +210,18 @@ def to_ctranslate2(
     src_vocab: Sequence[str] | None = None,
     tgt_vocab: Sequence[str] | None = None,
     add_source_bos: bool = False,
-    add_source_eos: bool = False,
+    add_source_eos: bool | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a CTranslate2 model directory for a checkpoint (path or dict) or a ``Seq2Seq``.
 
     Vocabularies default to the checkpoint's SentencePiece pieces, or (bare model)
-    :func:`~seq2seq.export.common.default_vocabulary`. ``quantization``: None (float32) or
-    one of :data:`CT2_QUANTIZATIONS`. Raises ValueError naming any option CTranslate2 lacks.
+    :func:`~seq2seq.export.common.default_vocabulary`. With the checkpoint's own pieces the
+    folder also gets its SentencePiece models (:data:`SENTENCEPIECE_FILES`), and
+    ``add_source_eos`` (None) becomes True: CTranslate2 then appends the EOS our data
+    pipeline appends, so users feed ``sp.encode(text, out_type=str)``. Otherwise (None)
+    False: callers pass the exact encoder pieces. ``quantization``: None (float32) or one of
+    :data:`CT2_QUANTIZATIONS`. Raises ValueError naming any option CTranslate2 lacks.
     """
     if quantization is not None and quantization not in CT2_QUANTIZATIONS:
         raise ValueError(
@@ -217,12 +230,19 @@ def to_ctranslate2(
     import ctranslate2  # noqa: F401  (missing package: fail before reading anything)
 
     model, ckpt = load(ckpt_or_model)
+    # Ship the tokenizers only when the vocabularies are theirs (ids = pieces).
+    shipped = tokenizer_states(ckpt) if src_vocab is None and tgt_vocab is None else None
     if src_vocab is None or tgt_vocab is None:
         default_src, default_tgt = vocabularies(model, ckpt)
         src_vocab = default_src if src_vocab is None else src_vocab
         tgt_vocab = default_tgt if tgt_vocab is None else tgt_vocab
+    if add_source_eos is None:
+        add_source_eos = bool(shipped)  # our encoder input is pieces + EOS (data.batch.collate_src)
     spec = ct2_spec(model, src_vocab, tgt_vocab, add_source_bos, add_source_eos)
     spec.optimize(quantization=quantization)  # aliases tied/shared weights, quantizes
     out = prepare_dir(out_dir, overwrite, "ctranslate2", is_product, source_path(ckpt_or_model))
     spec.save(str(out))
+    if shipped:  # both files even when joint: users need not know which one to load
+        for side, name in SENTENCEPIECE_FILES.items():
+            (out / name).write_bytes(bytes(shipped[side]["model"]))
     return out
