@@ -276,6 +276,31 @@ class OptimConfig:
         self.betas = tuple(self.betas)  # YAML gives lists
 
 
+@dataclass
+class ServeConfig:
+    """``seq2seq-serve``: where it listens, how it merges requests, what one request may ask."""
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 8000  # 0 = any free port
+    # requests arriving within window_ms of the first waiting one share one model call of at
+    # most max_batch_tokens source tokens (+ EOS each; also the Translator's max_tokens)
+    window_ms: float = 5.0
+    max_batch_tokens: int = 2000
+    max_texts: int = 64  # texts in one /translate request
+    max_text_chars: int = 1000  # characters in one text (tokens are capped by the model)
+    max_beam: int = 16
+    max_nbest: int = 16
+    threads: int | None = None  # torch threads for the model; None = torch's default
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
+                  "max_nbest", "threads")
+        if self.window_ms < 0:
+            raise ConfigError(f"ServeConfig.window_ms must be >= 0, got {self.window_ms}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain dict (YAML/JSON/``weights_only``-safe)."""
     out = dataclasses.asdict(cfg)

@@ -1,0 +1,94 @@
+"""``seq2seq-serve``: an HTTP translation server and the attention explorer.
+
+    seq2seq-serve -c data/models/multi30k_de_en_tiny.ckpt            # http://127.0.0.1:8000/
+    seq2seq-serve -c de_en=avg.ckpt -c en_de=runs/en_de/avg.ckpt --port 8080
+
+Endpoints: POST /translate, POST /attention, GET /health, GET /models; the explorer at /,
+the OpenAPI docs at /docs. Every checkpoint is loaded once; clients pick one by name (the
+file's stem, or NAME in -c NAME=PATH; the first is the default). Listens on 127.0.0.1 unless
+--host says otherwise: there is no authentication.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import socket
+import sys
+
+from seq2seq.cli.common import run_command
+from seq2seq.config import ServeConfig
+
+PROG = "seq2seq-serve"
+
+# flag dest -> help; every default is None = the ServeConfig default (one home for defaults)
+_OPTIONS = {
+    "host": (str, "address to listen on; anything but loopback is reachable from other machines"),
+    "port": (int, "TCP port (0 = any free port)"),
+    "window_ms": (float, "collection window: requests arriving within it share a model call"),
+    "max_batch_tokens": (int, "source tokens per merged model call"),
+    "max_texts": (int, "texts per /translate request"),
+    "max_text_chars": (int, "characters per text"),
+    "max_beam": (int, "largest beam a request may ask for"),
+    "max_nbest": (int, "largest n-best a request may ask for"),
+    "threads": (int, "torch threads for the model (default: torch's choice)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--checkpoint", action="append", required=True, metavar="[NAME=]CKPT",
+                    help="checkpoint to serve (repeat for several models)")
+    d = ServeConfig()
+    for dest, (kind, text) in _OPTIONS.items():
+        ap.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind,
+                        help=f"{text} (default {getattr(d, dest)})")
+    ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ap.add_argument("--log-level", default="info",
+                    choices=["critical", "error", "warning", "info", "debug"])
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    given = {k: getattr(args, k) for k in _OPTIONS if getattr(args, k) is not None}
+    return dataclasses.replace(ServeConfig(), **given)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError):
+        return False
+
+
+def run(args: argparse.Namespace) -> None:
+    cfg = config_from_args(args)
+    try:
+        import torch
+
+        from seq2seq.serving import bind, create_app, load_models, serve
+        from seq2seq.serving.server import url_of
+    except ImportError as e:  # the serve extra is optional
+        raise ValueError(f"{e.name} is not installed: pip install 'seq2seq[serve]'") from None
+    sock = bind(cfg.host, cfg.port)  # a busy port fails before the models load
+    if not _is_loopback(cfg.host):
+        print(f"{PROG}: warning: listening on {cfg.host}: reachable from other machines, "
+              "with no authentication", file=sys.stderr)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    models = load_models(args.checkpoint, device=args.device)
+    url = url_of(sock)
+    print(f"{PROG}: {', '.join(models)} at {url}/translate; explorer {url}/, API docs {url}/docs",
+          file=sys.stderr)
+    serve(create_app(models, cfg), sock, log_level=args.log_level)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(PROG, run, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
