@@ -105,6 +105,7 @@ def test_highlights_equal_the_attention_row(page, expected, kind, layer, head, q
     assert len(shown) == len(row) > 1
     assert [float(w) for w in shown] == pytest.approx(row, abs=5e-5)  # 4 decimals shown
     assert [_alpha(c) for c in colours] == pytest.approx(row, abs=ROUNDING)  # the intensity
+    assert page.is_visible("#tgt-in-row") == (kind == "decoder_self")  # its keys, only then
     if kind == "decoder_self":  # causal: nothing after the query's own input lights up
         assert all(_alpha(c) == 0.0 for c in colours[query + 1:])
     # the heat map shows the whole chosen matrix, with each number on hover
