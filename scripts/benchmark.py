@@ -1,6 +1,6 @@
 """Speed of decoding, training and attention against Hugging Face Marian and CTranslate2.
 
-    python scripts/benchmark.py -c CKPT [--limit N] [--repeats 3] [--threads T]
+    python scripts/benchmark.py -m CKPT [--limit N] [--repeats 3] [--threads T]
                                 [--sections decode,train,attention[,profile]] [--json out.json]
 
 Prints one table per section (medians of --repeats timed runs after a warm-up, the thread
@@ -23,6 +23,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from scripts.bench.run import EXTRA_SECTIONS, SECTIONS, Options, run  # noqa: E402
+from seq2seq.cli.common import add_model_argument  # noqa: E402
 
 DEFAULTS = Options()
 
@@ -30,7 +31,7 @@ DEFAULTS = Options()
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", required=True, help="a seq2seq checkpoint (.ckpt)")
+    add_model_argument(ap, help="a seq2seq checkpoint (.ckpt)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
                          f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; levers: "

@@ -1,4 +1,4 @@
-"""Score checkpoints on a test set: ``python scripts/evaluate.py -c run.ckpt --split val``."""
+"""Score checkpoints on a test set: ``python scripts/evaluate.py -m run.ckpt --split val``."""
 
 from seq2seq.cli.evaluate import main
 

@@ -6,5 +6,5 @@ export HF_DATASETS_OFFLINE=1
 seq2seq-train fit --config configs/multi30k_de_en_tiny.yaml --config configs/quickstart.yaml
 ckpt=runs/quickstart/checkpoints/last.ckpt
 printf '%s\n' "Ein Mann fährt Fahrrad." "Zwei Hunde spielen im Schnee." "Eine Frau liest ein Buch im Park." \
-  | seq2seq-translate -c "$ckpt" --beam 5
-seq2seq-evaluate -c "$ckpt" --test-set multi30k --split test_2016_flickr --beam 5 --json runs/quickstart/test_2016_flickr.json
+  | seq2seq-translate -m "$ckpt" --beam 5
+seq2seq-evaluate -m "$ckpt" --test-set multi30k --split test_2016_flickr --beam 5 --json runs/quickstart/test_2016_flickr.json

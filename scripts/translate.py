@@ -1,4 +1,4 @@
-"""Translate with a checkpoint: ``python scripts/translate.py -c run.ckpt < src > hyp``."""
+"""Translate with a checkpoint: ``python scripts/translate.py -m run.ckpt < src > hyp``."""
 
 from seq2seq.cli.translate import main
 

@@ -290,7 +290,7 @@ def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(T, "load_average", lambda: 0.25)
     monkeypatch.setattr(T.OtherWork, "cores", lambda self: 0.0)  # whatever else runs now
     out = tmp_path / "bench.json"
-    script.main(["-c", str(ckpt_path), "--limit", "2", "--repeats", "1", "--threads", "1",
+    script.main(["-m", str(ckpt_path), "--limit", "2", "--repeats", "1", "--threads", "1",
                  "--sections", "decode,profile", "--uncached-limit", "1", "--force-length", "4",
                  "--beam", "2", "--decode-max-tokens", "20", "--json", str(out)])
     printed = capsys.readouterr().out
@@ -306,4 +306,4 @@ def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     assert data["sections"]["decode"]["max_tokens"] == 20
     assert data["sections"]["profile"]["beam_size"] == 2
     with pytest.raises(SystemExit):
-        script.main(["-c", str(ckpt_path), "--repeats", "0"])
+        script.main(["-m", str(ckpt_path), "--repeats", "0"])

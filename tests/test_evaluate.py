@@ -108,7 +108,7 @@ def test_own_hypotheses_as_references_score_100(ckpts, tmp_path, capsys):
     assert max(len(h.split()) for h in hyps) >= 4, "the random model must write 4-grams"
     src, ref = write(tmp_path / "src.de", SOURCES), write(tmp_path / "ref.en", hyps)
     out_json = tmp_path / "results" / "run.json"
-    code, out, err = evaluate(capsys, "-c", ckpts["a"], "--src-file", src, "--ref-file", ref,
+    code, out, err = evaluate(capsys, "-m", ckpts["a"], "--src-file", src, "--ref-file", ref,
                               "--json", out_json, "--quiet", *DECODE)
     assert code == 0 and err == ""
     [record] = json.loads(out_json.read_text(encoding="utf-8"))
@@ -130,7 +130,7 @@ def test_own_hypotheses_as_references_score_100(ckpts, tmp_path, capsys):
 def test_two_checkpoints_one_table(ckpts, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default hypothesis folder is ./hyps
     src, ref = write(tmp_path / "src.de", SOURCES), write(tmp_path / "ref.en", SOURCES)
-    code, out, err = evaluate(capsys, "-c", ckpts["a"], ckpts["b"], "--src-file", src,
+    code, out, err = evaluate(capsys, "-m", ckpts["a"], ckpts["b"], "--src-file", src,
                               "--ref-file", ref, *DECODE)
     assert code == 0
     header, *rows = table_rows(out)
@@ -148,7 +148,7 @@ def test_named_split_in_each_checkpoints_direction(ckpts, tmp_path, capsys):
     """Multi30k val resolves to {data-dir}/val.{lang}.gz in each checkpoint's direction;
     --limit keeps the first N lines and says so."""
     out_json = tmp_path / "r.json"
-    code, out, err = evaluate(capsys, "-c", ckpts["a"], ckpts["en-de"], "--split", "val", "--limit", 3,
+    code, out, err = evaluate(capsys, "-m", ckpts["a"], ckpts["en-de"], "--split", "val", "--limit", 3,
                               "--data-dir", DATA, "--json", out_json, "--quiet", *DECODE)
     assert code == 0, err
     de_en, en_de = json.loads(out_json.read_text(encoding="utf-8"))
@@ -165,7 +165,7 @@ def test_named_split_in_each_checkpoints_direction(ckpts, tmp_path, capsys):
 
 
 def test_asked_direction_accepted(ckpts, tmp_path, capsys):
-    code, out, err = evaluate(capsys, "-c", ckpts["a"], "--src-lang", "de", "--tgt-lang", "en",
+    code, out, err = evaluate(capsys, "-m", ckpts["a"], "--src-lang", "de", "--tgt-lang", "en",
                               "--split", "test_2017_mscoco", "--limit", 2, "--data-dir", DATA,
                               "--hyp-dir", tmp_path, "--quiet", *DECODE)
     assert code == 0, err
@@ -176,7 +176,7 @@ def test_asked_direction_accepted(ckpts, tmp_path, capsys):
 def test_progress_bar_on_a_terminal(ckpts, tmp_path, capsys, monkeypatch):
     pytest.importorskip("tqdm")
     src = write(tmp_path / "src.de", SOURCES[:2])
-    argv = ["-c", ckpts["a"], "--src-file", src, "--ref-file", src, "--hyp-dir", tmp_path, *DECODE]
+    argv = ["-m", ckpts["a"], "--src-file", src, "--ref-file", src, "--hyp-dir", tmp_path, *DECODE]
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert "translate:" in evaluate(capsys, *argv)[2]  # tqdm's bar
     assert evaluate(capsys, *argv, "--quiet")[2] == ""
@@ -185,7 +185,7 @@ def test_progress_bar_on_a_terminal(ckpts, tmp_path, capsys, monkeypatch):
 # ---------------------------------------------------------------- refusals: one line, exit 2
 def test_unknown_test_set_via_script(ckpts):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "evaluate.py"), "-c", str(ckpts["a"]), "--test-set", "wmt14"],
+        [sys.executable, str(ROOT / "scripts" / "evaluate.py"), "-m", str(ckpts["a"]), "--test-set", "wmt14"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
@@ -201,31 +201,31 @@ def test_unknown_test_set_via_script(ckpts):
     (["--src-file", "x.de", "--ref-file", "x.en", "--split", "val"], ["not both"]),
 ])
 def test_bad_test_set_options(ckpts, capsys, argv, needles):
-    assert_one_line_error(*evaluate(capsys, "-c", ckpts["a"], *argv), *needles)
+    assert_one_line_error(*evaluate(capsys, "-m", ckpts["a"], *argv), *needles)
 
 
 def test_wrong_language_pair(ckpts, tmp_path, capsys):
     """Refused before anything is decoded, naming both pairs."""
     hyp_dir = tmp_path / "hyps"
-    result = evaluate(capsys, "-c", ckpts["a"], "--src-lang", "en", "--tgt-lang", "de", "--hyp-dir", hyp_dir)
+    result = evaluate(capsys, "-m", ckpts["a"], "--src-lang", "en", "--tgt-lang", "de", "--hyp-dir", hyp_dir)
     assert_one_line_error(*result, str(ckpts["a"]), "de->en", "en->de")
-    result = evaluate(capsys, "-c", ckpts["a"], ckpts["en-de"], "--src-lang", "de", "--tgt-lang", "en",
+    result = evaluate(capsys, "-m", ckpts["a"], ckpts["en-de"], "--src-lang", "de", "--tgt-lang", "en",
                       "--data-dir", DATA, "--hyp-dir", hyp_dir)
     assert_one_line_error(*result, str(ckpts["en-de"]), "en->de", "de->en")
-    assert_one_line_error(*evaluate(capsys, "-c", ckpts["a"], "--tgt-lang", "fr"), "de->en", "--tgt-lang fr")
+    assert_one_line_error(*evaluate(capsys, "-m", ckpts["a"], "--tgt-lang", "fr"), "de->en", "--tgt-lang fr")
     assert not hyp_dir.exists()
 
 
 def test_line_count_mismatch(ckpts, tmp_path, capsys):
     src, ref = write(tmp_path / "src.de", SOURCES[:3]), write(tmp_path / "ref.en", SOURCES[:2])
-    result = evaluate(capsys, "-c", ckpts["a"], "--src-file", src, "--ref-file", ref, "--hyp-dir", tmp_path / "h")
+    result = evaluate(capsys, "-m", ckpts["a"], "--src-file", src, "--ref-file", ref, "--hyp-dir", tmp_path / "h")
     assert_one_line_error(*result, "has 3 lines", "has 2")
     assert not (tmp_path / "h").exists()
 
 
 def test_missing_checkpoint_and_data(ckpts, tmp_path, capsys):
-    assert_one_line_error(*evaluate(capsys, "-c", tmp_path / "nope.ckpt"), "nope.ckpt")
-    result = evaluate(capsys, "-c", ckpts["a"], "--data-dir", tmp_path)
+    assert_one_line_error(*evaluate(capsys, "-m", tmp_path / "nope.ckpt"), "nope.ckpt")
+    result = evaluate(capsys, "-m", ckpts["a"], "--data-dir", tmp_path)
     assert_one_line_error(*result, "test_2016_flickr.de.gz")
 
 

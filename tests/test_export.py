@@ -489,7 +489,7 @@ def test_cli_ctranslate2_from_checkpoint(ct2, tokenizers, copy_model, tmp_path, 
 
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, copy_model, tokenizers)
-    main(["-c", str(ckpt), "--to", "ctranslate2", "--output", str(tmp_path / "ct2")])
+    main(["-m", str(ckpt), "--to", "ctranslate2", "--output", str(tmp_path / "ct2")])
     assert "exported" in capsys.readouterr().err
     vocab = json.loads((tmp_path / "ct2" / "shared_vocabulary.json").read_text())
     sp = tokenizers.src
@@ -542,7 +542,7 @@ def test_cli_hf_marian_from_checkpoint(hf, tokenizers, copy_model, tmp_path):
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, copy_model, tokenizers)
     out = tmp_path / "marian"
-    main(["-c", str(ckpt), "--to", "hf-marian", "--output", str(out)])
+    main(["-m", str(ckpt), "--to", "hf-marian", "--output", str(out)])
     assert {"config.json", "source.spm", "target.spm", "vocab.json"} <= {p.name for p in out.iterdir()}
     marian = hf.MarianMTModel.from_pretrained(out).eval()
     src, tgt_in = padded_batch(copy_model.arch)
@@ -556,15 +556,15 @@ def test_cli_hf_marian_from_checkpoint(hf, tokenizers, copy_model, tmp_path):
     text = "der hund läuft"
     assert tok(text).input_ids == tokenizers.src.encode([text])[0] + [EOS_ID]
     # --force over a previous export replaces it (every file it wrote is a product).
-    main(["-c", str(ckpt), "--to", "hf-marian", "--output", str(out), "--force"])
+    main(["-m", str(ckpt), "--to", "hf-marian", "--output", str(out), "--force"])
     assert marian_export.is_product("model-00001-of-00002.safetensors")
     assert all(marian_export.is_product(p.name) for p in out.iterdir())
 
 
 def test_cli_errors_are_one_line_exit_2(ct2, tmp_path, capsys):
-    assert "no such file" in run_cli_error(capsys, "-c", str(tmp_path / "nope.ckpt"), "--to",
+    assert "no such file" in run_cli_error(capsys, "-m", str(tmp_path / "nope.ckpt"), "--to",
                                            "ctranslate2", "--output", str(tmp_path / "x"))
-    assert "--quantization" in run_cli_error(capsys, "-c", str(tmp_path / "nope.ckpt"), "--to",
+    assert "--quantization" in run_cli_error(capsys, "-m", str(tmp_path / "nope.ckpt"), "--to",
                                              "hf-marian", "--output", str(tmp_path / "z"),
                                              "--quantization", "int8", usage=True)
 
@@ -572,7 +572,7 @@ def test_cli_errors_are_one_line_exit_2(ct2, tmp_path, capsys):
 def test_cli_hf_marian_refusal_is_one_line_and_writes_nothing(hf, tokenizers, tmp_path, capsys):
     ckpt = tmp_path / "pre.ckpt"
     write_checkpoint(ckpt, tiny(norm_position="pre"), tokenizers)
-    line = run_cli_error(capsys, "-c", str(ckpt), "--to", "hf-marian", "--output",
+    line = run_cli_error(capsys, "-m", str(ckpt), "--to", "hf-marian", "--output",
                          str(tmp_path / "y"))
     assert "hf-marian cannot represent model.norm_position='pre'" in line
     assert not (tmp_path / "y").exists()
@@ -588,17 +588,17 @@ def test_cli_force_never_deletes_the_checkpoint_or_other_files(to, tokenizers, t
     write_checkpoint(ckpt, tiny(), tokenizers)
     (folder / "notes.txt").write_text("mine")
     before = ckpt.read_bytes()
-    line = run_cli_error(capsys, "-c", str(ckpt), "--to", to, "-o", str(folder), "--force")
+    line = run_cli_error(capsys, "-m", str(ckpt), "--to", to, "-o", str(folder), "--force")
     assert f"output directory {folder} holds the input checkpoint" in line
     assert ckpt.read_bytes() == before and (folder / "notes.txt").read_text() == "mine"
     # Not the checkpoint but another file: refused by name, nothing deleted.
     other = tmp_path / "m.ckpt"
     other.write_bytes(before)
-    line = run_cli_error(capsys, "-c", str(other), "--to", to, "-o", str(folder), "--force")
+    line = run_cli_error(capsys, "-m", str(other), "--to", to, "-o", str(folder), "--force")
     assert f"output directory {folder} holds '" in line and f"not a {to} export file" in line
     assert sorted(p.name for p in folder.iterdir()) == ["model.bin", "notes.txt"]
     # Without --force a non-empty folder is refused too.
-    assert "not empty" in run_cli_error(capsys, "-c", str(other), "--to", to, "-o", str(folder))
+    assert "not empty" in run_cli_error(capsys, "-m", str(other), "--to", to, "-o", str(folder))
 
 
 @pytest.mark.parametrize("to, package", [("ctranslate2", "ctranslate2"), ("hf-marian", "transformers")])
@@ -607,7 +607,7 @@ def test_missing_package_cli_error_and_test_skip(to, package, tokenizers, tmp_pa
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, tiny(), tokenizers)
     hide(monkeypatch, package)
-    line = run_cli_error(capsys, "-c", str(ckpt), "--to", to, "-o", str(tmp_path / "out"))
+    line = run_cli_error(capsys, "-m", str(ckpt), "--to", to, "-o", str(tmp_path / "out"))
     assert f"{package} is needed for --to {to}" in line
     assert not (tmp_path / "out").exists()
     with pytest.raises(pytest.skip.Exception):  # the group's fixture skips, not fails

@@ -212,14 +212,14 @@ def run_cli(monkeypatch, capsys, argv, stdin=""):
 
 def test_cli_one_line_out_per_line_in(checkpoint, monkeypatch, capsys):
     stdin = "Ein Hund rennt.\n\nZwei Männer 🐶\n   \nEin Mann\r\nKinder."  # no final newline
-    out = run_cli(monkeypatch, capsys, ["-c", str(checkpoint), "--max-len-b", "5"], stdin).out
+    out = run_cli(monkeypatch, capsys, ["-m", str(checkpoint), "--max-len-b", "5"], stdin).out
     lines = out.split("\n")
     assert lines[-1] == "" and len(lines) - 1 == 6
     assert lines[1] == "" and lines[3] == ""
 
 
 def test_cli_arguments_and_jsonl(checkpoint, monkeypatch, capsys, tmp_path):
-    argv = ["-c", str(checkpoint), "--beam", "3", "--nbest", "2", "--output-format", "jsonl",
+    argv = ["-m", str(checkpoint), "--beam", "3", "--nbest", "2", "--output-format", "jsonl",
             "--max-len-b", "5", "--plot-attention", str(tmp_path / "a.png")]
     out = run_cli(monkeypatch, capsys, [*argv, "Ein Hund.", "", SENTENCES[2]]).out
     records = [json.loads(line) for line in out.splitlines()]
@@ -229,7 +229,7 @@ def test_cli_arguments_and_jsonl(checkpoint, monkeypatch, capsys, tmp_path):
     assert (tmp_path / "a.png").stat().st_size > 10_000
     src = tmp_path / "in.txt"
     src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    out = run_cli(monkeypatch, capsys, ["-c", str(checkpoint), "--input", str(src), "--max-len-b", "5"]).out
+    out = run_cli(monkeypatch, capsys, ["-m", str(checkpoint), "--input", str(src), "--max-len-b", "5"]).out
     assert len(out.splitlines()) == len(SENTENCES)
 
 
@@ -237,14 +237,14 @@ def test_cli_flags_map_onto_decoding_config():
     from seq2seq.cli.translate import build_parser
 
     parse = build_parser().parse_args
-    assert decoding_from_args(parse(["-c", "x"])) == DecodingConfig()
-    cfg = decoding_from_args(parse(["-c", "x", "--beam", "4", "--lenpen", "1.0", "--max-len-a", "2"]))
+    assert decoding_from_args(parse(["-m", "x"])) == DecodingConfig()
+    cfg = decoding_from_args(parse(["-m", "x", "--beam", "4", "--lenpen", "1.0", "--max-len-a", "2"]))
     assert (cfg.method, cfg.beam_size, cfg.alpha, cfg.max_len_a) == ("beam", 4, 1.0, 2.0)
-    cfg = decoding_from_args(parse(["-c", "x", "--sample", "--topk", "5", "--topp", "0.9", "--seed", "1"]))
+    cfg = decoding_from_args(parse(["-m", "x", "--sample", "--topk", "5", "--topp", "0.9", "--seed", "1"]))
     assert (cfg.method, cfg.top_k, cfg.top_p, cfg.seed) == ("sample", 5, 0.9, 1)
-    assert decoding_from_args(parse(["-c", "x", "--beam", "1"])) == DecodingConfig(method="greedy")
-    assert decoding_from_args(parse(["-c", "x", "--beam-size", "3"])).beam_size == 3  # alias
-    assert parse(["-c", "x", "--beam", "3"]).beam_size == 3
+    assert decoding_from_args(parse(["-m", "x", "--beam", "1"])) == DecodingConfig(method="greedy")
+    assert decoding_from_args(parse(["-m", "x", "--beam-size", "3"])).beam_size == 3  # alias
+    assert parse(["-m", "x", "--beam", "3"]).beam_size == 3
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])
@@ -257,7 +257,7 @@ def test_cli_beam_below_one_is_an_error(checkpoint, capsys, command, beam, flag)
 
     main = {"translate": cli_main, "evaluate": evaluate.main}[command]
     with pytest.raises(SystemExit) as exit_:
-        main(["-c", str(checkpoint), flag, beam, *(["Hallo"] if command == "translate" else [])])
+        main(["-m", str(checkpoint), flag, beam, *(["Hallo"] if command == "translate" else [])])
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert err == f"seq2seq-{command}: error: --beam {beam}: the beam size must be >= 1 (1 = greedy)\n"
@@ -270,7 +270,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, checkpoint, problem):
     (tmp_path / "garbage.ckpt").write_bytes(b"not a checkpoint\n" * 10)
     extra = ["--beam", "2", "--nbest", "3"] if problem == "bad-flag" else []
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "translate.py"), "-c", str(ckpt), *extra, "Hallo"],
+        [sys.executable, str(ROOT / "scripts" / "translate.py"), "-m", str(ckpt), *extra, "Hallo"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )

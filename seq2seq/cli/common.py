@@ -1,7 +1,9 @@
-"""What every ``seq2seq-*`` command does the same way: one-line errors, exit status 2."""
+"""What every ``seq2seq-*`` command does the same way: one-line errors, exit status 2, and
+the trained model given as ``-m/--model CKPT``."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,3 +21,41 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
         msg = " ".join(str(e).split())  # one line, whatever the exception text
         print(f"{prog}: error: {msg}", file=sys.stderr)
         sys.exit(2)
+
+
+# ``-c`` is the config file in ``seq2seq-train`` (LightningCLI's, as in fairseq and JoeyNMT);
+# the other commands named the checkpoint ``-c/--checkpoint`` until 0.1. One letter must not
+# mean two things, so they take ``-m/--model`` (Marian's, Sockeye's and CTranslate2's name for
+# the trained model); the old spellings keep working for one release, with a notice.
+MODEL_ALIASES = ("-c", "--checkpoint")
+
+
+class _OldModelOption(argparse.Action):
+    """``-c``/``--checkpoint``: store (or append) like ``-m/--model``, after a one-line notice."""
+
+    def __init__(self, option_strings, dest, append: bool = False, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.append = append
+        self.noticed = False
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not self.noticed:
+            print(f"{parser.prog}: warning: {option_string} is deprecated and will be removed in "
+                  f"the next release: use -m/--model for the checkpoint ({option_string} is the "
+                  "config file in seq2seq-train)", file=sys.stderr)
+            self.noticed = True
+        if self.append:
+            values = [*(getattr(namespace, self.dest) or []), values]
+        setattr(namespace, self.dest, values)
+
+
+def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
+                       append: bool = False, metavar: str = "CKPT",
+                       help: str = "the trained model: a checkpoint file (.ckpt)") -> None:
+    """Required ``-m/--model`` (dest ``checkpoint``), plus the deprecated ``-c/--checkpoint``.
+    ``nargs="+"``: several checkpoints after one flag; ``append``: one per repeated flag."""
+    group = ap.add_mutually_exclusive_group(required=True)
+    group.add_argument("-m", "--model", dest="checkpoint", nargs=nargs, metavar=metavar,
+                       action="append" if append else "store", help=help)
+    group.add_argument(*MODEL_ALIASES, dest="checkpoint", nargs=nargs, metavar=metavar,
+                       action=_OldModelOption, append=append, help=argparse.SUPPRESS)

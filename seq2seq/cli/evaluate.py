@@ -1,8 +1,8 @@
 """``seq2seq-evaluate``: translate a test set with one or more checkpoints and score it.
 
-    seq2seq-evaluate -c run.ckpt --split test_2016_flickr --beam 5 --json results/run.json
-    seq2seq-evaluate -c a.ckpt b.ckpt --src-file src.de --ref-file ref.en
-    seq2seq-evaluate -c run.ckpt --src-lang de --tgt-lang en --split val --limit 100
+    seq2seq-evaluate -m run.ckpt --split test_2016_flickr --beam 5 --json results/run.json
+    seq2seq-evaluate -m a.ckpt b.ckpt --src-file src.de --ref-file ref.en
+    seq2seq-evaluate -m run.ckpt --src-lang de --tgt-lang en --split val --limit 100
 
 Test set: the named Multi30k (``--test-set multi30k``, the default) split ``--split``, read
 from ``{data-dir}/{split}.{lang}.gz`` in the checkpoint's own direction; or any parallel
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.cli.common import run_command
+from seq2seq.cli.common import add_model_argument, run_command
 from seq2seq.cli.translate import _one_line, add_decoding_args, decoding_from_args
 from seq2seq.config import DecodingConfig
 
@@ -62,8 +62,7 @@ class TestSet:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", nargs="+", required=True, metavar="CKPT",
-                    help="one or more checkpoints (several: one comparison table)")
+    add_model_argument(ap, nargs="+", help="one or more checkpoints (several: one comparison table)")
     g = ap.add_argument_group("test set")
     g.add_argument("--test-set", metavar="NAME",
                    help=f"named test set, one of {list(TEST_SETS)} (default: multi30k)")

@@ -1,11 +1,13 @@
 """``seq2seq-export``: convert a checkpoint for a peer runtime.
 
-    seq2seq-export -c best.ckpt --to ctranslate2 --output ct2/ [--quantization int8]
-    seq2seq-export -c best.ckpt --to hf-marian --output marian/
+    seq2seq-export -m best.ckpt --to ctranslate2 --output ct2/ [--quantization int8]
+    seq2seq-export -m best.ckpt --to hf-marian --output marian/
 
 ctranslate2: a CTranslate2 model folder (vocabulary = the SentencePiece pieces; the decoder
-starts from <s>). hf-marian: ``MarianMTModel.save_pretrained`` files plus the SentencePiece
-models (source.spm, target.spm) and vocab.json. Options a format cannot represent (e.g.
+starts from <s>) with the SentencePiece models (source.model, target.model); CTranslate2
+appends the source EOS itself, so ``sp.encode(text, out_type=str)`` goes in as is.
+hf-marian: ``MarianMTModel.save_pretrained`` files plus the SentencePiece models
+(source.spm, target.spm) and vocab.json. Options a format cannot represent (e.g.
 Pre-LN for hf-marian) are refused by name.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seq2seq.cli.common import add_model_argument
 from seq2seq.export import FORMATS
 from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
 
@@ -21,7 +24,7 @@ from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="seq2seq-export", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", required=True, help="checkpoint file (.ckpt)")
+    add_model_argument(ap)
     ap.add_argument("--to", required=True, choices=FORMATS, help="target format")
     ap.add_argument("-o", "--output", required=True, help="output folder (created)")
     ap.add_argument("--quantization", choices=OFFERED_QUANTIZATIONS,

@@ -1,8 +1,8 @@
 """``seq2seq-translate``: translate lines with a checkpoint, one output line per input line.
 
-    seq2seq-translate -c run.ckpt < src.de > hyp.en
-    seq2seq-translate -c run.ckpt --beam 5 --nbest 3 --output-format jsonl "Ein Hund rennt."
-    seq2seq-translate -c run.ckpt --input src.de --plot-attention attn.png
+    seq2seq-translate -m run.ckpt < src.de > hyp.en
+    seq2seq-translate -m run.ckpt --beam 5 --nbest 3 --output-format jsonl "Ein Hund rennt."
+    seq2seq-translate -m run.ckpt --input src.de --plot-attention attn.png
 
 Input: positional arguments (one sentence each), ``--input FILE``, or stdin, read in chunks
 and flushed per chunk (streaming). Blank lines give blank output lines. Decoding defaults
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from seq2seq.cli.common import run_command
+from seq2seq.cli.common import add_model_argument, run_command
 from seq2seq.config import DecodingConfig
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
@@ -93,7 +93,7 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", required=True, help="checkpoint file (.ckpt)")
+    add_model_argument(ap)
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text")
