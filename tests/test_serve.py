@@ -152,6 +152,31 @@ def _job(key, tokens):
     return _Job(key, ["x"], tokens, lambda texts: texts, None)
 
 
+def test_the_model_runs_off_the_event_loop():
+    """The work blocks until the event loop itself releases it: only possible if the loop
+    keeps running during the call."""
+    release = threading.Event()
+
+    def work(texts):
+        if not release.wait(10):
+            raise TimeoutError("the event loop was blocked by the model call")
+        return texts
+
+    async def scenario():
+        batcher = MicroBatcher(window_s=0.0, max_tokens=10)
+        await batcher.start()
+        try:
+            pending = asyncio.ensure_future(batcher.submit("k", ["x"], 1, work))
+            await asyncio.sleep(0.05)
+            assert not pending.done()
+            release.set()
+            return await asyncio.wait_for(pending, 10)
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(scenario()) == ["x"]
+
+
 def test_a_failing_request_fails_alone():
     """One request whose work raises in a merged call: the others still get their results."""
 

@@ -41,11 +41,12 @@ class MicroBatcher:
         self.window_s, self.max_tokens = window_s, max_tokens
         self.requests = 0  # requests submitted
         self.model_calls = 0  # calls of a Work (merged requests count once)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seq2seq-model")
+        self._executor: ThreadPoolExecutor | None = None
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seq2seq-model")
         self._queue = asyncio.Queue()
         self._task = asyncio.create_task(self._collect(), name="seq2seq-batcher")
 
@@ -53,7 +54,8 @@ class MicroBatcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
     async def submit(self, key: Hashable, texts: list[str], tokens: int, work: Work) -> list:
         """Results of ``work(texts)``, computed together with other requests of the same key."""
@@ -66,6 +68,8 @@ class MicroBatcher:
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` alone on the model's worker thread (not merged with others)."""
+        if self._executor is None:
+            raise RuntimeError("MicroBatcher.call before start()")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # ------------------------------------------------------------ the collector
