@@ -157,10 +157,12 @@ class TokenizerConfig:
     vocab_size: int = 8000
     character_coverage: float = 1.0
     joint: bool = True  # one model for source and target
-    input_sentence_size: int = 2_000_000  # sentences sampled by the trainer
+    # at most this many sentences train the tokenizer: beyond it, a sample of pairs drawn
+    # with ``seed`` (both sides of a pair when joint); memory and time stay bounded
+    input_sentence_size: int = 2_000_000
     normalization: Literal["nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"] = "nmt_nfkc"
     byte_fallback: bool = False  # unseen characters -> byte pieces instead of <unk>
-    seed: int = 1  # sentence sampling, when the corpus exceeds input_sentence_size
+    seed: int = 1  # the sample, when the corpus exceeds input_sentence_size
     # Fixed rather than os.cpu_count(): the thread count changes unigram models and is
     # written into every model, so it must not vary between machines.
     num_threads: int = 8
@@ -179,8 +181,9 @@ class DataConfig:
     """Where the parallel text comes from and how it is batched.
 
     ``corpus="multi30k"`` reads ``{data_dir}/{split}.{lang}.gz``; ``corpus=None`` reads the
-    explicit files (``format`` text: one file per side; tsv/jsonl: one file per split) or,
-    with ``format="hub"``, ``datasets.load_dataset(hub_name, hub_config, split=...)``.
+    explicit files (``format`` text: files per side; tsv/jsonl: files per split; each a path,
+    a glob or a list, plain or gzip) or, with ``format="hub"``,
+    ``datasets.load_dataset(hub_name, hub_config, split=..., streaming=streaming)``.
     """
 
     corpus: str | None = "multi30k"  # named corpus; None = use the explicit files below
@@ -190,28 +193,32 @@ class DataConfig:
     train_split: str = "train"
     valid_split: str = "val"
     format: Literal["text", "tsv", "jsonl", "hub"] = "text"
-    train_src: str | None = None  # text: source file; tsv/jsonl: the one file
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
+    train_src: str | list[str] | None = None  # text: source file(s); tsv/jsonl: the file(s)
+    train_tgt: str | list[str] | None = None
+    valid_src: str | list[str] | None = None
+    valid_tgt: str | list[str] | None = None
     src_field: str = "src"  # jsonl/hub field names; "a.b" reaches into nested records
     tgt_field: str = "tgt"
     hub_name: str | None = None
     hub_config: str | None = None
+    # hub: read the training split as a stream (never stored; batches from a shuffle buffer)
+    streaming: bool = False
+    shuffle_buffer: int = 200_000  # streaming: pairs bucketed by length together
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     max_tokens: int = 4096  # padded tokens of the larger side per batch (incl. bos/eos)
     max_len: int = 128  # drop pairs longer than this on either side (subwords incl. bos/eos)
     max_len_ratio: float = 3.0  # drop training pairs whose length ratio exceeds this
-    num_proc: int | None = None  # datasets.map workers
+    num_proc: int | None = None  # datasets.map workers (tokenization)
     num_workers: int = 0  # DataLoader workers
     seed: int = 1
-    cache_dir: str = ".cache/seq2seq"
+    # None: $SEQ2SEQ_CACHE_DIR, else $XDG_CACHE_HOME/seq2seq, else ~/.cache/seq2seq
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = from_dict(TokenizerConfig, self.tokenizer, "DataConfig.tokenizer")
         _check_literals(self)
-        _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc")
+        _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc", "shuffle_buffer")
         if self.corpus not in (None, "multi30k"):
             raise ConfigError(
                 f"DataConfig.corpus: {self.corpus!r} is not one of ['multi30k', None]"
@@ -230,6 +237,11 @@ class DataConfig:
 
     def _check_sources(self) -> None:
         """The fields the chosen source needs must be set."""
+        if self.streaming and (self.corpus is not None or self.format != "hub"):
+            raise ConfigError(
+                "DataConfig.streaming needs corpus=None and format='hub'; local files are "
+                "read as streams anyway and stored memory-mapped"
+            )
         if self.corpus is not None:
             if self.format != "text":
                 raise ConfigError(

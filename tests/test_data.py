@@ -18,11 +18,11 @@ from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data import cache, prepare, sources
 from seq2seq.data.batch import Batch, collate
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.prepare import load_split
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.sources import (
     MULTI30K_LANGS,
     MULTI30K_SPLITS,
-    load_split,
     read_lines,
     resolve_corpus,
 )
@@ -157,8 +157,8 @@ def test_hub_path_same_examples(tmp_path, monkeypatch):
     hub = sources.datasets.Dataset.from_dict({"translation": records, "n": list(range(len(PAIRS)))})
     calls = []
 
-    def fake_load_dataset(name, config, split, cache_dir):
-        calls.append((name, config, split))
+    def fake_load_dataset(name, config, split, cache_dir, streaming):
+        calls.append((name, config, split, streaming))
         return hub
 
     monkeypatch.setattr(sources.datasets, "load_dataset", fake_load_dataset)
@@ -174,7 +174,7 @@ def test_hub_path_same_examples(tmp_path, monkeypatch):
     )
     ds = load_split(cfg, "train")
     assert list(zip(ds["src"], ds["tgt"], strict=True)) == EXPECTED
-    assert calls[0] == ("org/wmt", "de-en", "train")
+    assert calls[0] == ("org/wmt", "de-en", "train", False)
     assert "hub:org/wmt/de-en[train]" == sources.describe_split(cfg, "train")
     assert cache.split_fingerprint(cfg, "train") == cache.split_fingerprint(cfg, "train")
 
@@ -205,10 +205,11 @@ def test_missing_file(tmp_path):
 def test_mismatched_line_counts(tmp_path):
     (tmp_path / "a.de").write_text("eins\nzwei\ndrei\n")
     (tmp_path / "a.en").write_text("one\ntwo\n")
-    with pytest.raises(ValueError) as exc:
-        sources.load_text_pair(tmp_path / "a.de", tmp_path / "a.en")
-    msg = one_line(exc)
-    assert all(s in msg for s in ("a.de", "a.en", "3", "2"))
+    for first, second, counts in (("a.de", "a.en", ("3", "2")), ("a.en", "a.de", ("2", "3"))):
+        with pytest.raises(ValueError) as exc:
+            list(sources.text_pairs(tmp_path / first, tmp_path / second))
+        msg = one_line(exc)
+        assert f"{first} has {counts[0]} lines, " in msg and f"{second} has {counts[1]}" in msg
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
@@ -224,11 +225,11 @@ def test_invalid_utf8_names_line(tmp_path, suffix):
 def test_bad_tsv_and_jsonl_lines(tmp_path):
     (tmp_path / "x.tsv").write_text("a\tb\nc\td\te\n")
     with pytest.raises(ValueError) as exc:
-        sources.load_tsv(tmp_path / "x.tsv")
+        list(sources.tsv_pairs(tmp_path / "x.tsv"))
     assert "x.tsv:2:" in one_line(exc)
     (tmp_path / "x.jsonl").write_text('{"src": "a", "tgt": "b"}\n{"src": "c"}\n')
     with pytest.raises(ValueError) as exc:
-        sources.load_jsonl(tmp_path / "x.jsonl")
+        list(sources.jsonl_pairs(tmp_path / "x.jsonl"))
     assert "x.jsonl:2:" in one_line(exc) and "'tgt'" in str(exc.value)
 
 
@@ -236,7 +237,7 @@ def test_empty_after_filtering(tmp_path, small):
     (tmp_path / "e.de").write_text("\n  \nein\n")
     (tmp_path / "e.en").write_text("a\nb\n\n")
     with pytest.raises(ValueError) as exc:
-        sources.clean_pairs(sources.load_text_pair(tmp_path / "e.de", tmp_path / "e.en"), "e.de + e.en")
+        list(sources.clean(sources.text_pairs(tmp_path / "e.de", tmp_path / "e.en"), "e.de + e.en"))
     assert "e.de" in one_line(exc) and "no sentence pairs left" in str(exc.value)
     cfg = small_cfg(small, tmp_path / "cache", max_len=2)  # nothing fits
     with pytest.raises(ValueError) as exc:
@@ -312,7 +313,6 @@ def test_datamodule(dm):
     assert 0.9 * N_TRAIN < len(dm.train_dataset) <= N_TRAIN
     assert len(dm.val_dataset) == len(dm.val_src_texts) == len(dm.val_ref_texts) == N_VAL
     assert dm.val_ref_texts[5] == dm.val_dataset[5]["tgt"]
-    assert dm.val_dataset["id"][:] == list(range(N_VAL))
     assert dm.tokenizers.tgt.decode([dm.val_dataset[0]["tgt_ids"]])[0] == " ".join(
         dm.val_ref_texts[0].split()
     )

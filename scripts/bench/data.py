@@ -17,8 +17,7 @@ from typing import Any
 from scripts.bench.timing import check_load
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.data.prepare import load_or_train_tokenizers, tokenized_split
-from seq2seq.data.sources import load_split
+from seq2seq.data.prepare import load_or_train_tokenizers, load_split, tokenized_split
 
 Log = Callable[[str], None]
 

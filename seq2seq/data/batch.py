@@ -71,15 +71,29 @@ class Batch:
         return self._apply(lambda t: t.pin_memory())
 
 
-def pack(sizes: np.ndarray, max_tokens: int) -> list[int]:
+def pack(sizes: np.ndarray, max_tokens: int) -> np.ndarray:
     """Greedy batch boundaries over ascending ``sizes``: a batch's cost is count x largest
-    size, kept within ``max_tokens`` (an example larger than that sits alone)."""
-    bounds, start = [], 0
-    for i, size in enumerate(sizes.tolist()):
-        if i > start and (i - start + 1) * size > max_tokens:
-            bounds.append(i)
-            start = i
-    return bounds
+    size, kept within ``max_tokens`` (an example larger than that sits alone).
+
+    Works a run of equal sizes at a time (at most ``max_len`` runs), not an example at a
+    time: a run of size ``s`` fills the open batch up to ``max(1, max_tokens // s)``
+    examples and then opens a full batch every that many. Same boundaries as the
+    one-by-one greedy rule, for millions of examples in milliseconds.
+    """
+    sizes = np.asarray(sizes)
+    if len(sizes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.r_[0, np.flatnonzero(np.diff(sizes)) + 1]
+    ends = np.r_[starts[1:], len(sizes)]
+    cuts, start = [np.zeros(0, dtype=np.int64)], 0
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        size = int(sizes[a])
+        cap = max(1, max_tokens // size) if size > 0 else len(sizes)
+        run_cuts = np.arange(max(a, start + cap), b, cap)
+        if len(run_cuts):
+            cuts.append(run_cuts)
+            start = int(run_cuts[-1])
+    return np.concatenate(cuts)
 
 
 def token_batches(sizes: Sequence[int], max_tokens: int) -> list[np.ndarray]:

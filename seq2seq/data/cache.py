@@ -1,10 +1,14 @@
 """Content fingerprints and atomic cache entries for the data pipeline.
 
-Cache layout under ``DataConfig.cache_dir`` (safe to delete; entries are written atomically)::
+Cache layout under :func:`cache_root` (safe to delete; entries are written atomically)::
 
+    pairs/<key>/pairs.arrow                  key = sha256(split content, how it is read)
     tokenizers/<key>/{joint|src|tgt}.model   key = sha256(training data content, tokenizer settings)
-    datasets/<key>/                          key = sha256(split content, tokenizer sha256s, filters)
+    datasets/<key>/tokens*.arrow             key = sha256(split content, tokenizer sha256s, filters)
     hf/                                      datasets.load_dataset cache (format="hub")
+
+Arrow files are memory-mapped when loaded: their pages are shared by every process that
+reads them (DataLoader workers, DDP ranks on one machine) and cost no heap.
 """
 
 from __future__ import annotations
@@ -20,15 +24,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from seq2seq.config import DataConfig
-from seq2seq.data.sources import split_files
+from seq2seq.data.sources import load_hub, side_files
 
 log = logging.getLogger(__name__)
 
 # Bump when a change here alters what the cache holds, so stale entries are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    """``DataConfig.cache_dir`` when set; else ``$SEQ2SEQ_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/seq2seq``, else ``~/.cache/seq2seq``: never the working directory."""
+    if cfg.cache_dir is not None:
+        return Path(cfg.cache_dir).expanduser()
+    if os.environ.get("SEQ2SEQ_CACHE_DIR"):
+        return Path(os.environ["SEQ2SEQ_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg) / "seq2seq"
 
 
 def digest(obj: Any) -> str:
@@ -56,13 +69,14 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 def split_fingerprint(cfg: DataConfig, split: str) -> str:
     """Identifies a split's content and how it is read (not where the files live)."""
-    files = split_files(cfg, split)
+    src, tgt = side_files(cfg, split)
     spec: dict[str, Any] = {"format": cfg.format, "fields": [cfg.src_field, cfg.tgt_field]}
-    if files:
-        spec["files"] = [file_sha256(p) for p in files]
+    if src:
+        spec["files"] = [[file_sha256(p) for p in src], [file_sha256(p) for p in tgt]]
+    elif cfg.streaming:  # a stream has no fingerprint short of reading it: its name stands in
+        spec["hub"] = [cfg.hub_name, cfg.hub_config, split, "streaming"]
     else:  # the hub dataset's own fingerprint covers its content and version
-        hub_cache = Path(cfg.cache_dir) / "hf"
-        ds = datasets.load_dataset(cfg.hub_name, cfg.hub_config, split=split, cache_dir=hub_cache)
+        ds = load_hub(cfg, split, cache_root(cfg) / "hf")
         spec["hub"] = [cfg.hub_name, cfg.hub_config, split, ds._fingerprint]
     return digest(spec)
 

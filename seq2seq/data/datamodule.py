@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import datasets
 import lightning.pytorch as pl
@@ -14,6 +16,28 @@ from seq2seq.data.batch import collate
 from seq2seq.data.prepare import column, load_or_train_tokenizers, tokenized_split
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.tokenizer import TokenizerPair
+
+
+class IndexedPairs(torch.utils.data.Dataset):
+    """The token ids of a memory-mapped split for the DataLoader, each row with its index
+    as ``id``. Only Arrow file references are held (and pickled to spawned workers), so
+    workers read the shared page cache and copy nothing."""
+
+    def __init__(self, ds: datasets.Dataset) -> None:
+        self.ds = ds.select_columns(["src_ids", "tgt_ids"])
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        rows = self.ds[list(indices)]
+        return [
+            {"src_ids": s, "tgt_ids": t, "id": i}
+            for s, t, i in zip(rows["src_ids"], rows["tgt_ids"], indices, strict=True)
+        ]
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
 
 
 class Seq2SeqDataModule(pl.LightningDataModule):
@@ -40,10 +64,11 @@ class Seq2SeqDataModule(pl.LightningDataModule):
 
     # -- Lightning hooks ------------------------------------------------------------------
     def prepare_data(self) -> None:
-        """Train/cache the tokenizers and the tokenized splits (rank 0 under Lightning)."""
+        """Train/cache the tokenizers and the tokenized splits (local rank 0 under Lightning)."""
         cfg = self.config
         tokenizers = self.tokenizers or load_or_train_tokenizers(cfg)
-        tokenized_split(cfg, cfg.train_split, tokenizers, train=True)
+        if not cfg.streaming:  # a streamed training split is tokenized as it is read
+            tokenized_split(cfg, cfg.train_split, tokenizers, train=True)
         tokenized_split(cfg, cfg.valid_split, tokenizers, train=False)
 
     def setup(self, stage: str | None = None) -> None:
@@ -51,7 +76,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         cfg = self.config
         if self.tokenizers is None:
             self.tokenizers = load_or_train_tokenizers(cfg)
-        if stage in (None, "fit") and self.train_dataset is None:
+        if stage in (None, "fit") and self.train_dataset is None and not cfg.streaming:
             self.train_dataset = tokenized_split(cfg, cfg.train_split, self.tokenizers, train=True)
         if stage in (None, "fit", "validate") and self.val_dataset is None:
             self.val_dataset = tokenized_split(cfg, cfg.valid_split, self.tokenizers, train=False)
@@ -67,6 +92,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         return self._tokenizers().tgt.vocab_size
 
     def train_dataloader(self) -> DataLoader:
+        if self.config.streaming:
+            return self._stream_loader()
         loader = self._loader(self.train_dataset, shuffle=True)
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         loader.batch_sampler.set_epoch(epoch)
@@ -101,10 +128,20 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         )
         tok = self._tokenizers().tgt
         return DataLoader(
-            ds.select_columns(["id", "src_ids", "tgt_ids"]),
+            IndexedPairs(ds),
             batch_sampler=sampler,
             collate_fn=partial(collate, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id),
             num_workers=self.config.num_workers,
             persistent_workers=self.config.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
         )
+
+    def _stream_loader(self) -> DataLoader:
+        from seq2seq.data.stream import StreamingBatches  # only streamed corpora need it
+
+        rank, world = self._rank()
+        # on resume the loops' progress is restored before this runs: skip what was consumed
+        done = 0 if self.trainer is None else self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        stream = StreamingBatches(self.config, self._tokenizers(), rank, world, start_batch=done)
+        return DataLoader(stream, batch_size=None, num_workers=self.config.num_workers,
+                          persistent_workers=self.config.num_workers > 0)

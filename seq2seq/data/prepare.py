@@ -1,27 +1,33 @@
-"""Preparing a corpus for training: tokenizers (trained on the training split, cached)
-and tokenized, length-filtered splits (cached).
+"""Preparing a corpus for training, every step cached on disk as memory-mapped Arrow:
+the cleaned pairs of a split, the tokenizers (trained on a seeded sample of the training
+split) and the tokenized, length-filtered splits.
 
-    Dataset{src, tgt} --load_or_train_tokenizers--> TokenizerPair
-                      --tokenized_split--> Dataset{id, src, tgt, src_ids, tgt_ids, src_len, tgt_len}
+    sources --load_split--> Dataset{src, tgt}
+            --load_or_train_tokenizers--> TokenizerPair
+            --tokenized_split--> Dataset{src, tgt, src_ids, tgt_ids, src_len, tgt_len}
 
 ``src_ids``/``tgt_ids`` hold no special tokens (``seq2seq.data.batch.collate`` adds them);
-lengths used for filtering count that one added token per side.
+lengths used for filtering count that one added token per side. Memory stays bounded by a
+batch: text is streamed into Arrow, ``datasets.map`` tokenizes into Arrow shards
+(``num_proc`` workers), and what comes back is memory-mapped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
 import numpy as np
 
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data.cache import CACHE_VERSION, atomic_dir, digest, split_fingerprint
-from seq2seq.data.sources import describe_split, load_split
+from seq2seq.data import sources
+from seq2seq.data.cache import CACHE_VERSION, atomic_dir, cache_root, digest, split_fingerprint
+from seq2seq.data.sources import describe_split
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 
 log = logging.getLogger(__name__)
@@ -38,22 +44,68 @@ _TOKENIZED_FEATURES = datasets.Features(
 )
 
 
+def load_arrow(path: Path, pattern: str) -> datasets.Dataset:
+    """The Arrow files of one cache entry, memory-mapped, in name order."""
+    files = sorted(path.glob(pattern))
+    parts = [datasets.Dataset.from_file(str(f)) for f in files]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
-def _texts(ds: datasets.Dataset, sides: Sequence[str]) -> Iterator[str]:
+
+def load_split(cfg: DataConfig, split: str) -> datasets.Dataset:
+    """Dataset{src, tgt} of ``split``, stripped, pairs with an empty side dropped; stored
+    once under ``pairs/`` in the cache and memory-mapped (any corpus size)."""
+    key = digest({"v": CACHE_VERSION, "data": split_fingerprint(cfg, split)})[:20]
+    path = cache_root(cfg) / "pairs" / key
+    if not (path / "pairs.arrow").is_file():
+        with atomic_dir(path) as tmp:
+            n = sources.write_pairs(sources.pair_batches(cfg, split, cache_root(cfg) / "hf"), tmp / "pairs.arrow")
+        log.info("%s: %d pairs -> %s", describe_split(cfg, split), n, path)
+    return load_arrow(path, "pairs.arrow")
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenizers (trained on a seeded sample, cached)
+# ---------------------------------------------------------------------------------------
+def _interleave(batches: Iterable[dict[str, list]], sides: Sequence[str]) -> Iterator[str]:
     """Stream sentences; with two sides they alternate so any sampling sees both languages."""
-    for batch in ds.iter(batch_size=10_000):
+    for batch in batches:
         for row in zip(*(batch[s] for s in sides), strict=True):
             yield from row
+
+
+def tokenizer_texts(train: datasets.Dataset, sides: Sequence[str], cfg: TokenizerConfig) -> Iterator[str]:
+    """The sentences the tokenizer learns from: all of them when they number at most
+    ``cfg.input_sentence_size``, else those of a sample of pairs drawn with ``cfg.seed``
+    (in corpus order), so SentencePiece sees exactly what we chose on every machine."""
+    n = len(train)
+    if n * len(sides) > cfg.input_sentence_size:
+        rows = np.random.default_rng(cfg.seed).choice(n, cfg.input_sentence_size // len(sides), replace=False)
+        train = train.select(np.sort(rows))
+        log.info("tokenizer: trained on %d of %d pairs (seed %d)", len(train), n, cfg.seed)
+    return _interleave(train.select_columns(list(sides)).iter(batch_size=10_000), sides)
 
 
 def train_tokenizers(train: datasets.Dataset, cfg: TokenizerConfig) -> TokenizerPair:
     """One joint model on src+tgt, or one model per side."""
     if cfg.joint:
-        tok = Tokenizer.train(_texts(train, ("src", "tgt")), cfg)
+        tok = Tokenizer.train(tokenizer_texts(train, ("src", "tgt"), cfg), cfg)
         return TokenizerPair(tok, tok)
     return TokenizerPair(
-        Tokenizer.train(_texts(train, ("src",)), cfg), Tokenizer.train(_texts(train, ("tgt",)), cfg)
+        Tokenizer.train(tokenizer_texts(train, ("src",), cfg), cfg),
+        Tokenizer.train(tokenizer_texts(train, ("tgt",), cfg), cfg),
     )
+
+
+def train_tokenizers_on_stream(pairs: Iterable[sources.Pairs], cfg: TokenizerConfig) -> TokenizerPair:
+    """The first ``input_sentence_size`` sentences of a (shuffled) stream of pair batches."""
+    def texts(sides: Sequence[str]) -> Iterator[str]:
+        batches = ({"src": s, "tgt": t} for s, t in pairs)
+        return itertools.islice(_interleave(batches, sides), cfg.input_sentence_size)
+
+    if not cfg.joint:
+        raise ValueError("TokenizerConfig.joint must be true with a streamed corpus (one pass)")
+    tok = Tokenizer.train(texts(("src", "tgt")), cfg)
+    return TokenizerPair(tok, tok)
 
 
 def tokenizer_cache_dir(cfg: DataConfig) -> Path:
@@ -65,7 +117,15 @@ def tokenizer_cache_dir(cfg: DataConfig) -> Path:
             "tokenizer": dataclasses.asdict(cfg.tokenizer),
         }
     )
-    return Path(cfg.cache_dir) / "tokenizers" / key[:20]
+    return cache_root(cfg) / "tokenizers" / key[:20]
+
+
+def _train_for(cfg: DataConfig, train: datasets.Dataset | None) -> TokenizerPair:
+    if cfg.streaming:
+        from seq2seq.data.stream import hub_pair_stream  # only streamed corpora need it
+
+        return train_tokenizers_on_stream(hub_pair_stream(cfg, seed=cfg.tokenizer.seed), cfg.tokenizer)
+    return train_tokenizers(train if train is not None else load_split(cfg, cfg.train_split), cfg.tokenizer)
 
 
 def load_or_train_tokenizers(
@@ -78,9 +138,7 @@ def load_or_train_tokenizers(
         toks = [Tokenizer.from_bytes((root / f"{n}.model").read_bytes()) for n in names]
         log.info("tokenizer cache hit: %s", root)
         return TokenizerPair(toks[0], toks[-1])
-    if train is None:
-        train = load_split(cfg, cfg.train_split)
-    pair = train_tokenizers(train, cfg.tokenizer)
+    pair = _train_for(cfg, train)
     with atomic_dir(root) as tmp:
         for name, tok in zip(names, (pair.src, pair.tgt), strict=False):
             (tmp / f"{name}.model").write_bytes(tok.to_bytes())
@@ -96,41 +154,6 @@ def load_or_train_tokenizers(
 # ---------------------------------------------------------------------------------------
 # Tokenization and length filtering (cached)
 # ---------------------------------------------------------------------------------------
-def _encode_pairs(batch: dict[str, list], tokenizers: TokenizerPair) -> dict[str, list]:
-    src_ids = tokenizers.src.encode(batch["src"])
-    tgt_ids = tokenizers.tgt.encode(batch["tgt"])
-    return {
-        "src_ids": src_ids,
-        "tgt_ids": tgt_ids,
-        "src_len": [len(x) for x in src_ids],
-        "tgt_len": [len(y) for y in tgt_ids],
-    }
-
-
-def tokenize_pairs(
-    ds: datasets.Dataset,
-    tokenizers: TokenizerPair,
-    num_proc: int | None = None,
-    fingerprint: str | None = None,
-) -> datasets.Dataset:
-    """Add ``src_ids``/``tgt_ids`` (int32, no specials) and ``src_len``/``tgt_len``."""
-    return ds.map(
-        _encode_pairs,
-        batched=True,
-        batch_size=10_000,
-        num_proc=num_proc,
-        fn_kwargs={"tokenizers": tokenizers},
-        features=_TOKENIZED_FEATURES,
-        new_fingerprint=fingerprint,  # given, so datasets need not hash the tokenizer
-        desc="tokenize",
-    )
-
-
-def column(ds: datasets.Dataset, name: str) -> np.ndarray:
-    """A numeric column as one numpy array (shape (N,))."""
-    return ds.with_format("numpy", columns=[name])[:][name]
-
-
 def length_mask(
     src_len: np.ndarray, tgt_len: np.ndarray, max_len: int, max_len_ratio: float | None
 ) -> np.ndarray:
@@ -143,42 +166,66 @@ def length_mask(
     return keep
 
 
-def filter_by_length(
-    ds: datasets.Dataset, max_len: int, max_len_ratio: float | None, where: str
-) -> datasets.Dataset:
-    """Drop pairs too long (or too unbalanced) to train on, logging how many went.
+def encode_pairs(
+    batch: dict[str, list],
+    tokenizers: TokenizerPair,
+    max_len: int | None = None,
+    max_len_ratio: float | None = None,
+) -> dict[str, list]:
+    """Token ids and lengths of a batch of pairs; with ``max_len``, only the pairs kept by
+    :func:`length_mask` (in order), so filtering costs no second pass."""
+    src_ids = tokenizers.src.encode(batch["src"])
+    tgt_ids = tokenizers.tgt.encode(batch["tgt"])
+    src_len = np.fromiter(map(len, src_ids), np.int32, len(src_ids))
+    tgt_len = np.fromiter(map(len, tgt_ids), np.int32, len(tgt_ids))
+    out = {"src": batch["src"], "tgt": batch["tgt"], "src_ids": src_ids, "tgt_ids": tgt_ids}
+    if max_len is not None:
+        keep = length_mask(src_len, tgt_len, max_len, max_len_ratio)
+        if not keep.all():
+            rows = np.flatnonzero(keep).tolist()
+            out = {name: [values[i] for i in rows] for name, values in out.items()}
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+    return {**out, "src_len": src_len, "tgt_len": tgt_len}
 
-    Also adds ``id``, the row index after filtering (0..N-1).
-    """
-    keep = length_mask(column(ds, "src_len"), column(ds, "tgt_len"), max_len, max_len_ratio)
-    dropped = int((~keep).sum())
-    log.info(
-        "%s: dropped %d of %d pairs by length (max_len=%d, max_len_ratio=%s)",
-        where,
-        dropped,
-        len(ds),
-        max_len,
-        max_len_ratio,
+
+def tokenize_pairs(
+    ds: datasets.Dataset,
+    tokenizers: TokenizerPair,
+    num_proc: int | None = None,
+    cache_file: Path | None = None,
+    max_len: int | None = None,
+    max_len_ratio: float | None = None,
+) -> datasets.Dataset:
+    """Add ``src_ids``/``tgt_ids`` (int32, no specials) and ``src_len``/``tgt_len``, written
+    to ``cache_file`` (one shard per worker) or kept in memory; length-filtered with ``max_len``."""
+    return ds.map(
+        encode_pairs,
+        batched=True,
+        batch_size=10_000,
+        num_proc=num_proc,
+        fn_kwargs={"tokenizers": tokenizers, "max_len": max_len, "max_len_ratio": max_len_ratio},
+        features=_TOKENIZED_FEATURES,
+        remove_columns=ds.column_names,  # rows may be dropped: every column is rewritten
+        cache_file_name=str(cache_file) if cache_file else None,
+        keep_in_memory=cache_file is None,
+        new_fingerprint=digest([ds._fingerprint, tokenizers.src.fingerprint, tokenizers.tgt.fingerprint,
+                                max_len, max_len_ratio])[:16],  # datasets need not hash the tokenizer
+        desc="tokenize",
     )
-    if dropped == len(ds):
-        raise ValueError(
-            f"{where}: no sentence pairs left after length filtering "
-            f"(max_len={max_len}, max_len_ratio={max_len_ratio})"
-        )
-    # ids assigned before ``select``: adding a column after it would copy the whole table
-    ids = np.full(len(ds), -1, dtype=np.int64)
-    ids[keep] = np.arange(len(ds) - dropped)
-    ds = ds.add_column("id", ids)
-    return ds.select(np.flatnonzero(keep)) if dropped else ds
+
+
+def column(ds: datasets.Dataset, name: str) -> np.ndarray:
+    """A numeric column as one numpy array (shape (N,)), read from the memory map."""
+    return ds.data.column(name).to_numpy()
 
 
 def tokenized_split(
     cfg: DataConfig, split: str, tokenizers: TokenizerPair, *, train: bool
 ) -> datasets.Dataset:
-    """Dataset{id, src, tgt, src_ids, tgt_ids, src_len, tgt_len}, from cache when possible.
+    """Dataset{src, tgt, src_ids, tgt_ids, src_len, tgt_len}, from cache when possible.
 
-    ``id`` is the row index (0..N-1). The ratio filter applies to training data only, so
-    validation keeps every pair the model can take (``max_len``).
+    The ratio filter applies to training data only, so validation keeps every pair the
+    model can take (``max_len``). Row order is the corpus order minus the dropped pairs.
     """
     ratio = cfg.max_len_ratio if train else None
     key = digest(
@@ -190,12 +237,22 @@ def tokenized_split(
             "max_len_ratio": ratio,
         }
     )[:20]
-    path = Path(cfg.cache_dir) / "datasets" / key
-    if not (path / "dataset_info.json").is_file():
-        where = describe_split(cfg, split)
-        ds = tokenize_pairs(load_split(cfg, split), tokenizers, cfg.num_proc, key)
-        ds = filter_by_length(ds, cfg.max_len, ratio, where)
+    path = cache_root(cfg) / "datasets" / key
+    if not (path / "meta.json").is_file():
+        where, pairs = describe_split(cfg, split), load_split(cfg, split)
         with atomic_dir(path) as tmp:
-            ds.save_to_disk(str(tmp))
+            ds = tokenize_pairs(pairs, tokenizers, cfg.num_proc, tmp / "tokens.arrow", cfg.max_len, ratio)
+            _report_length_filter(where, len(pairs), len(ds), cfg.max_len, ratio)
+            (tmp / "meta.json").write_text(json.dumps({"split": where, "pairs": len(ds)}))
         log.info("%s: %d pairs tokenized -> %s", where, len(ds), path)
-    return datasets.load_from_disk(str(path))
+    return load_arrow(path, "tokens*.arrow")
+
+
+def _report_length_filter(where: str, n_in: int, n_out: int, max_len: int, ratio: float | None) -> None:
+    log.info("%s: dropped %d of %d pairs by length (max_len=%d, max_len_ratio=%s)",
+             where, n_in - n_out, n_in, max_len, ratio)
+    if n_out == 0:
+        raise ValueError(
+            f"{where}: no sentence pairs left after length filtering "
+            f"(max_len={max_len}, max_len_ratio={ratio})"
+        )

@@ -14,6 +14,38 @@ from seq2seq.data.batch import pack
 log = logging.getLogger(__name__)
 
 
+def _compact(a: np.ndarray) -> np.ndarray:
+    """Non-negative integers in the smallest unsigned dtype that holds them."""
+    return a.astype(np.min_scalar_type(int(a.max())), copy=False)
+
+
+def length_order(sizes: np.ndarray, tiebreak: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+    """Indices sorted by ``sizes``, then ``tiebreak``, then ``noise`` (a permutation of
+    ``range(N)``; None = index order): ``np.lexsort((noise, tiebreak, sizes))``.
+
+    Computed as one argsort of a packed int64 key when the three fit in 63 bits (the keys
+    are unique, so the order is the same), which needs a third of lexsort's memory.
+    """
+    n = len(sizes)
+    noise = np.arange(n) if noise is None else noise
+    bits = [int(sizes.max()).bit_length(), int(tiebreak.max()).bit_length(), max(1, (n - 1).bit_length())]
+    if sum(bits) > 63:
+        return np.lexsort((noise, tiebreak, sizes))
+    key = sizes.astype(np.int64)
+    key <<= bits[1]
+    key |= tiebreak
+    key <<= bits[2]
+    key |= noise
+    return np.argsort(key)
+
+
+def bucket(sizes: np.ndarray, tiebreak: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """One shuffled epoch: sorted by length with ties broken by ``rng``, cut at ``bounds``
+    (``pack`` of the sorted sizes), the batch order shuffled by ``rng``."""
+    batches = np.split(length_order(sizes, tiebreak, rng.permutation(len(sizes))), bounds)
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
 class TokenBudgetSampler(Sampler[list[int]]):
     """Batches of indices whose padded size ``B * max(S, L)`` stays within ``max_tokens``.
 
@@ -33,6 +65,10 @@ class TokenBudgetSampler(Sampler[list[int]]):
     Iteration is a pure function of ``(seed, epoch, rank)``, except that ``start_batch``
     batches are skipped once (mid-epoch resume); ``state_dict`` records the position.
     ``len()`` is always the full per-rank epoch.
+
+    State is two compact length arrays (``sizes`` = the larger side, ``tiebreak`` = the
+    sum; uint8/uint16 for usual lengths) and the batch boundaries: about 4 bytes a pair,
+    numpy buffers that forked DataLoader workers share instead of copying.
     """
 
     def __init__(
@@ -45,23 +81,23 @@ class TokenBudgetSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        src = np.asarray(lengths_src, dtype=np.int64)
-        tgt = np.asarray(lengths_tgt, dtype=np.int64)
+        src, tgt = np.asarray(lengths_src), np.asarray(lengths_tgt)
         if src.ndim != 1 or src.shape != tgt.shape or len(src) == 0:
             raise ValueError(
                 "TokenBudgetSampler: need two non-empty 1-D length lists of equal size, "
                 f"got shapes {src.shape} and {tgt.shape}"
             )
+        if min(int(src.min()), int(tgt.min())) < 0:
+            raise ValueError("TokenBudgetSampler: lengths must be >= 0")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"TokenBudgetSampler: rank {rank} not in [0, {num_replicas})")
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch, self.start_batch, self._position = 0, 0, 0
-        self.sizes = np.maximum(src, tgt)
-        self._tiebreak = src + tgt  # similar shapes on both sides within a batch
-        self._order = np.lexsort((self._tiebreak, self.sizes))
+        self.sizes = _compact(np.maximum(src, tgt))
+        self._tiebreak = _compact(src.astype(np.int64) + tgt)  # similar shapes on both sides within a batch
         # Whatever the tie order, the sorted size sequence is the same: boundaries are fixed.
-        self._bounds = pack(self.sizes[self._order], max_tokens)
+        self._bounds = pack(np.sort(self.sizes), max_tokens)
         self.oversized = np.flatnonzero(self.sizes > max_tokens)
         if len(self.oversized):
             worst = int(self.sizes[self.oversized].max())
@@ -86,11 +122,8 @@ class TokenBudgetSampler(Sampler[list[int]]):
         """All batches of one epoch, before sharding."""
         epoch = self.epoch if epoch is None else epoch
         if not self.shuffle:
-            return np.split(self._order, self._bounds)
-        rng = np.random.default_rng([self.seed, epoch])
-        order = np.lexsort((rng.permutation(len(self.sizes)), self._tiebreak, self.sizes))
-        batches = np.split(order, self._bounds)
-        return [batches[i] for i in rng.permutation(len(batches))]
+            return np.split(length_order(self.sizes, self._tiebreak), self._bounds)
+        return bucket(self.sizes, self._tiebreak, self._bounds, np.random.default_rng([self.seed, epoch]))
 
     def batches(self, epoch: int | None = None) -> list[np.ndarray]:
         """This rank's batches of one epoch (index arrays)."""
