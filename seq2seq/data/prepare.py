@@ -122,9 +122,7 @@ def tokenizer_cache_dir(cfg: DataConfig) -> Path:
 
 def _train_for(cfg: DataConfig, train: datasets.Dataset | None) -> TokenizerPair:
     if cfg.streaming:
-        from seq2seq.data.stream import hub_pair_stream  # only streamed corpora need it
-
-        return train_tokenizers_on_stream(hub_pair_stream(cfg, seed=cfg.tokenizer.seed), cfg.tokenizer)
+        return train_tokenizers_on_stream(sources.hub_pair_stream(cfg, seed=cfg.tokenizer.seed), cfg.tokenizer)
     return train_tokenizers(train if train is not None else load_split(cfg, cfg.train_split), cfg.tokenizer)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import datasets
 from datasets.arrow_writer import ArrowWriter
+from datasets.distributed import split_dataset_by_node
 
 from seq2seq.config import DataConfig
 
@@ -281,6 +282,26 @@ def raw_pairs(cfg: DataConfig, split: str, hub_cache: Path | None = None) -> Ite
             jsonl_pairs(p, cfg.src_field, cfg.tgt_field) for p in src
         )
     return itertools.chain.from_iterable(map(text_pairs, src, tgt))
+
+
+# Records shuffled by ``datasets`` before our buffer (which shuffles once more within
+# each length); the shard order is shuffled per epoch as well.
+RECORD_SHUFFLE = 10_000
+
+
+def hub_pair_stream(
+    cfg: DataConfig, seed: int, epoch: int = 0, part: int = 0, parts: int = 1
+) -> Iterator[Pairs]:
+    """Cleaned pair batches of this part (rank x worker) of the shuffled training stream."""
+    ds = load_hub(cfg, cfg.train_split)
+    if not isinstance(ds, datasets.IterableDataset):
+        raise ValueError(f"hub:{cfg.hub_name}: expected a streamed dataset (DataConfig.streaming)")
+    if parts > 1:
+        ds = split_dataset_by_node(ds, rank=part, world_size=parts)
+    ds = ds.shuffle(seed=seed, buffer_size=RECORD_SHUFFLE)
+    ds.set_epoch(epoch)
+    where = f"{describe_split(cfg, cfg.train_split)} (streamed, part {part} of {parts})"
+    return clean(records_to_pairs(ds, cfg, where), where, cfg.shuffle_buffer)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 
-import datasets
 import numpy as np
 import torch
-from datasets.distributed import split_dataset_by_node
 
 from seq2seq.config import DataConfig
 from seq2seq.data import sources
@@ -26,25 +24,6 @@ from seq2seq.data.batch import Batch, collate, pack
 from seq2seq.data.prepare import encode_pairs
 from seq2seq.data.sampler import bucket
 from seq2seq.data.tokenizer import TokenizerPair
-
-# Records shuffled by ``datasets`` before our buffer (which shuffles once more within
-# each length); the shard order is shuffled per epoch as well.
-RECORD_SHUFFLE = 10_000
-
-
-def hub_pair_stream(
-    cfg: DataConfig, seed: int, epoch: int = 0, part: int = 0, parts: int = 1
-) -> Iterator[sources.Pairs]:
-    """Cleaned pair batches of this part (rank x worker) of the shuffled training stream."""
-    ds = sources.load_hub(cfg, cfg.train_split)
-    if not isinstance(ds, datasets.IterableDataset):
-        raise ValueError(f"hub:{cfg.hub_name}: expected a streamed dataset (DataConfig.streaming)")
-    if parts > 1:
-        ds = split_dataset_by_node(ds, rank=part, world_size=parts)
-    ds = ds.shuffle(seed=seed, buffer_size=RECORD_SHUFFLE)
-    ds.set_epoch(epoch)
-    where = f"{sources.describe_split(cfg, cfg.train_split)} (streamed, part {part} of {parts})"
-    return sources.clean(sources.records_to_pairs(ds, cfg, where), where, cfg.shuffle_buffer)
 
 
 class StreamingBatches(torch.utils.data.IterableDataset):
@@ -85,7 +64,7 @@ class StreamingBatches(torch.utils.data.IterableDataset):
 
     def _epoch(self, epoch: int, part: int, parts: int) -> Iterator[Batch]:
         cfg, n_before = self.cfg, 0
-        for chunk, (src, tgt) in enumerate(hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
+        for chunk, (src, tgt) in enumerate(sources.hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
             enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio)
             src_len, tgt_len = enc["src_len"] + 1, enc["tgt_len"] + 1  # + the added special token
             sizes = np.maximum(src_len, tgt_len)
