@@ -1,6 +1,6 @@
 """Screenshot of the attention explorer for the README (headless chromium via Playwright).
 
-    python scripts/explorer_screenshot.py -c data/models/multi30k_de_en_tiny.ckpt -o data/results/explorer.png
+    python scripts/explorer_screenshot.py -m data/models/multi30k_de_en_tiny.ckpt -o data/results/explorer.png
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from seq2seq.serving import create_app, load_models, running
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", default="data/models/multi30k_de_en_tiny.ckpt")
+    ap.add_argument("-m", "--model", dest="checkpoint", default="data/models/multi30k_de_en_tiny.ckpt")
     ap.add_argument("-o", "--output", default="data/results/explorer.png")
     ap.add_argument("--text", default="Eine Frau mit rotem Hut liest ein Buch im Park.")
     ap.add_argument("--piece", type=int, default=4, help="the target piece to point at")

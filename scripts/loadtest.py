@@ -1,7 +1,7 @@
 """Load test of ``seq2seq-serve`` on this machine (loopback only, bounded, stops by itself).
 
-    python scripts/loadtest.py -c data/models/multi30k_de_en_tiny.ckpt --clients 8 --requests 50
-    python scripts/loadtest.py -c CKPT --url http://127.0.0.1:8000 --beam 5   # a running server
+    python scripts/loadtest.py -m data/models/multi30k_de_en_tiny.ckpt --clients 8 --requests 50
+    python scripts/loadtest.py -m CKPT --url http://127.0.0.1:8000 --beam 5   # a running server
 
 Translates the sentences offline first (the reference answers and the offline batch
 throughput), then starts ``seq2seq-serve`` on a free loopback port (unless --url) and runs
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from seq2seq.cli.common import run_command
+from seq2seq.cli.common import add_model_argument, run_command
 
 PROG = "loadtest.py"
 
@@ -24,7 +24,7 @@ PROG = "loadtest.py"
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", required=True, help="the model the server serves")
+    add_model_argument(ap, help="the checkpoint the server serves (its default model)")
     ap.add_argument("--sentences", default="data/multi30k/test_2016_flickr.de.gz",
                     help="source sentences, one a line (.gz too)")
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients")

@@ -65,7 +65,7 @@ def client(models):
 
 def offline(models, flags: list[str], texts: list[str], model: str = "multi30k_de_en_tiny"):
     """What ``seq2seq-translate -c CKPT FLAGS`` computes for ``texts``."""
-    decoding = decoding_from_args(translate_parser().parse_args(["-c", "x", *flags]))
+    decoding = decoding_from_args(translate_parser().parse_args(["-m", "x", *flags]))
     base = models[model].translator
     return Translator(base.model, base.tokenizers, decoding).translate_full(texts)
 
@@ -210,7 +210,7 @@ def test_attention_is_exactly_what_plot_attention_draws(client, models, options)
     assert answer.status_code == 200, answer.text
     got = answer.json()
     flags = ["--beam", "5"] if options else []
-    decoding = decoding_from_args(translate_parser().parse_args(["-c", "x", *flags]))
+    decoding = decoding_from_args(translate_parser().parse_args(["-m", "x", *flags]))
     base = models["multi30k_de_en_tiny"].translator
     want = Translator(base.model, base.tokenizers, decoding).translate_full([text], need_attention=True)[0]
     assert (got["hyp"], got["src_pieces"], got["tgt_pieces"]) == (want.hyp, want.src_pieces, want.tgt_pieces)
@@ -288,9 +288,16 @@ def test_explorer_is_served_without_external_assets(client):
 def test_listens_on_loopback_unless_told_otherwise():
     import ipaddress
 
-    cfg = config_from_args(build_parser().parse_args(["-c", "x.ckpt"]))
+    cfg = config_from_args(build_parser().parse_args(["-m", "x.ckpt"]))
     assert ipaddress.ip_address(cfg.host).is_loopback
     assert cfg == ServeConfig()  # every default comes from ServeConfig
+
+
+def test_several_models_one_flag_each(capsys):
+    """``-m`` like the other commands (``-c`` still works, with the deprecation notice)."""
+    assert build_parser().parse_args(["-m", "a.ckpt", "-m", "b=c.ckpt"]).checkpoint == ["a.ckpt", "b=c.ckpt"]
+    assert build_parser().parse_args(["-c", "a.ckpt", "-c", "b.ckpt"]).checkpoint == ["a.ckpt", "b.ckpt"]
+    assert "-c is deprecated" in capsys.readouterr().err
 
 
 def _busy_port() -> tuple[socket.socket, int]:
@@ -301,12 +308,12 @@ def _busy_port() -> tuple[socket.socket, int]:
 def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
     busy, port = _busy_port()
     cases = [  # (argv, words in the message)
-        (["-c", str(tmp_path / "missing.ckpt"), "--port", "0"], "missing.ckpt: no such file"),
-        (["-c", str(SHIPPED), "--port", "70000"], "ServeConfig.port must be in [0, 65535]"),
-        (["-c", str(SHIPPED), "--window-ms", "-1"], "ServeConfig.window_ms must be >= 0"),
-        (["-c", str(SHIPPED), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
-        (["-c", f"m={SHIPPED}", "-c", f"m={SHIPPED}", "--port", "0"], "a model named 'm' was given twice"),
-        (["-c", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),
+        (["-m", str(tmp_path / "missing.ckpt"), "--port", "0"], "missing.ckpt: no such file"),
+        (["-m", str(SHIPPED), "--port", "70000"], "ServeConfig.port must be in [0, 65535]"),
+        (["-m", str(SHIPPED), "--window-ms", "-1"], "ServeConfig.window_ms must be >= 0"),
+        (["-m", str(SHIPPED), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+        (["-m", f"m={SHIPPED}", "-m", f"m={SHIPPED}", "--port", "0"], "a model named 'm' was given twice"),
+        (["-m", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),
     ]
     with busy:
         for argv, words in cases:

@@ -1,11 +1,11 @@
 """``seq2seq-serve``: an HTTP translation server and the attention explorer.
 
-    seq2seq-serve -c data/models/multi30k_de_en_tiny.ckpt            # http://127.0.0.1:8000/
-    seq2seq-serve -c de_en=avg.ckpt -c en_de=runs/en_de/avg.ckpt --port 8080
+    seq2seq-serve -m data/models/multi30k_de_en_tiny.ckpt            # http://127.0.0.1:8000/
+    seq2seq-serve -m de_en=avg.ckpt -m en_de=runs/en_de/avg.ckpt --port 8080
 
 Endpoints: POST /translate, POST /attention, GET /health, GET /models; the explorer at /,
 the OpenAPI docs at /docs. Every checkpoint is loaded once; clients pick one by name (the
-file's stem, or NAME in -c NAME=PATH; the first is the default). Listens on 127.0.0.1 unless
+file's stem, or NAME in -m NAME=PATH; the first is the default). Listens on 127.0.0.1 unless
 --host says otherwise: there is no authentication.
 """
 
@@ -17,7 +17,7 @@ import ipaddress
 import socket
 import sys
 
-from seq2seq.cli.common import run_command
+from seq2seq.cli.common import add_model_argument, run_command
 from seq2seq.config import ServeConfig
 
 PROG = "seq2seq-serve"
@@ -39,8 +39,8 @@ _OPTIONS = {
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-c", "--checkpoint", action="append", required=True, metavar="[NAME=]CKPT",
-                    help="checkpoint to serve (repeat for several models)")
+    add_model_argument(ap, append=True, metavar="[NAME=]CKPT",
+                       help="a checkpoint to serve (repeat -m for several models)")
     d = ServeConfig()
     for dest, (kind, text) in _OPTIONS.items():
         ap.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind,

@@ -118,7 +118,7 @@ def server_process(checkpoint: str | Path, window_ms: float | None = None,
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cmd = [sys.executable, "-m", "seq2seq.cli.serve", "-c", str(checkpoint), "--port", str(port),
+    cmd = [sys.executable, "-m", "seq2seq.cli.serve", "-m", str(checkpoint), "--port", str(port),
            "--log-level", "warning"] + (["--window-ms", str(window_ms)] if window_ms is not None else [])
     child = subprocess.Popen(cmd)
     url = f"http://127.0.0.1:{port}"

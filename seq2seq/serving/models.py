@@ -37,19 +37,19 @@ def parse_spec(spec: str) -> tuple[str, Path]:
     if not sep:
         name, path = Path(spec).stem, spec
     if not _NAME.match(name):
-        raise ValueError(f"-c {spec}: model name {name!r} must be letters, digits, '.', '_' or '-' "
-                         "(give one as -c NAME=PATH)")
+        raise ValueError(f"-m {spec}: model name {name!r} must be letters, digits, '.', '_' or '-' "
+                         "(give one as -m NAME=PATH)")
     return name, Path(path)
 
 
 def load_models(specs: list[str], device: str | torch.device = "cpu") -> dict[str, ServedModel]:
-    """One ``ServedModel`` per ``-c`` spec, in order (the first is the default)."""
+    """One ``ServedModel`` per ``-m`` spec, in order (the first is the default)."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
         if name in models:
-            raise ValueError(f"-c {spec}: a model named {name!r} was given twice; name them "
-                             "with -c NAME=PATH")
+            raise ValueError(f"-m {spec}: a model named {name!r} was given twice; name them "
+                             "with -m NAME=PATH")
         meta = load_checkpoint(path)["seq2seq"]
         translator = Translator.from_checkpoint(path, device=device)
         models[name] = ServedModel(name, translator, meta.get("src_lang", "?"), meta.get("tgt_lang", "?"))
