@@ -332,6 +332,32 @@ def test_cache_reorder_selects_hypotheses(cross):
     assert not torch.allclose(not_reordered, want, atol=1e-3)
 
 
+def test_grouped_cache_shares_memory_between_beams():
+    """Beam layout with ``group=2``: rows 0-1 read memory row 0 (sentence A), rows 2-3 row 1.
+    The memory K/V stay one row per sentence (never copied to the beams); reordering within
+    the groups, then dropping sentence A, must equal an uncached decode of the same rows."""
+    model = small_model(positional="rope")
+    src = pad_batch([random_ids(1, 5)[0], random_ids(1, 3)[0]])
+    rows = torch.tensor([0, 0, 1, 1])  # the sentence of each decoder row
+    prefix, nxt, last = random_ids(4, 3), random_ids(4, 1), random_ids(2, 1)
+    indices = torch.tensor([1, 1, 3, 2])
+    with torch.no_grad():
+        src_mask = model.source_mask(src)
+        cache = model.init_cache(model.encode(src, src_mask), src_mask, group=2)
+        _, cache = model.decode(prefix, None, None, cache)
+        cache = cache.reorder(indices, cross=False)
+        assert cache.batch_size == 4 and cache.cross_kv[0][0].shape[0] == 2
+        got, cache = model.decode(nxt, None, None, cache)
+        seen = torch.cat([prefix[indices], nxt], dim=1)
+        want = model(src[rows], seen)[:, -1:]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        cache = cache.reorder(torch.tensor([2, 3]))  # sentence A is done: B's group stays
+        assert cache.cross_kv[0][0].shape[0] == 1 and torch.equal(cache.memory_mask, src_mask[1:])
+        got, _ = model.decode(last, None, None, cache)
+        want = model(src[[1, 1]], torch.cat([seen[2:], last], dim=1))[:, -1:]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_cache_reorder_across_sentences_moves_memory():
     model = small_model()
     src = pad_batch([random_ids(1, 5)[0], random_ids(1, 2)[0], random_ids(1, 4)[0]])

@@ -47,10 +47,10 @@ class DecoderRows:
     identical and need no copy."""
 
     def __init__(self, model: Seq2Seq, memory: Tensor, memory_mask: Tensor, use_cache: bool,
-                 capacity: int):
+                 capacity: int, group: int = 1):
         self.model = model
         self.cache: DecoderCache | None = (
-            model.init_cache(memory, memory_mask, capacity) if use_cache else None)
+            model.init_cache(memory, memory_mask, capacity, group) if use_cache else None)
         self.memory, self.memory_mask = (None, None) if use_cache else (memory, memory_mask)
         self.prefix = None if use_cache else memory.new_zeros((memory.shape[0], 0), dtype=torch.long)
 
@@ -61,8 +61,7 @@ class DecoderRows:
             else:
                 self.prefix = torch.cat((self.prefix, tokens[:, None]), dim=1)
                 logits, _ = self.model.decode(self.prefix, self.memory, self.memory_mask)
-            logits = logits[:, -1].float().contiguous()  # (R, V), fresh: normalized in place
-            return logits.sub_(logits.logsumexp(dim=-1, keepdim=True))  # log-softmax
+            return torch.log_softmax(logits[:, -1].float(), dim=-1)  # (R, V), fresh
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
@@ -82,9 +81,12 @@ def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int,
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)
-    # Room for 16 positions, doubled on demand: memory follows the real lengths, not the limit
-    state = DecoderRows(model, memory, src_mask, use_cache, capacity=min(steps, 16))
-    if beam_size > 1:  # copy each sentence's projected memory K/V to its beams
+    # Room for 16 positions, doubled on demand: memory follows the real lengths, not the limit.
+    # Cached, the beams of a sentence share its memory K/V (a cache group); the uncached
+    # reference copies the memory to each beam.
+    group = beam_size if use_cache else 1
+    state = DecoderRows(model, memory, src_mask, use_cache, min(steps, 16), group)
+    if beam_size > group:
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
     return state, decoder_start(src.shape[0] * beam_size, model.arch.bos_id, src.device)
 

@@ -5,8 +5,11 @@ Per decoder layer it holds
   positions decoded so far, written in place into buffers preallocated for ``capacity``
   positions (doubled when a decode call needs more), so a step appends without copying
   the past, and
-- cross-attention keys/values ``(B, H, S, d_k)`` / ``(B, H, S, d_v)`` of the encoder memory,
-  projected once per source sentence and reused at every step.
+- cross-attention keys/values ``(M, H, S, d_k)`` / ``(M, H, S, d_v)`` of the encoder memory,
+  projected once per source sentence and reused at every step. ``group`` decoder rows share
+  one memory row (``B = M * group``): beam search's K hypotheses of a sentence read its
+  memory K/V as K queries of one row, so the memory is neither copied to the beams nor
+  moved when they are reordered.
 
 It also owns positions: :attr:`length` (``P``) is where the next target tokens sit, which
 is where their positional encodings (and RoPE angles) start. ``reorder`` selects rows
@@ -25,10 +28,12 @@ KV = tuple[Tensor, Tensor]
 
 
 class DecoderCache:
-    def __init__(self, cross_kv: list[KV], memory_mask: Tensor | None, capacity: int = 64):
-        self.cross_kv = cross_kv  # per layer: K (B, H, S, d_k), V (B, H, S, d_v)
-        self.memory_mask = memory_mask  # (B, 1, 1, S)
+    def __init__(self, cross_kv: list[KV], memory_mask: Tensor | None, capacity: int = 64,
+                 group: int = 1):
+        self.cross_kv = cross_kv  # per layer: K (M, H, S, d_k), V (M, H, S, d_v)
+        self.memory_mask = memory_mask  # (M, 1, 1, S)
         self.capacity = max(int(capacity), 1)
+        self.group = group  # decoder rows n*group .. n*group + group-1 read memory row n
         self._buffers: list[KV] = []  # per layer: K (B, H, capacity, d_k), V (..., d_v)
         self._filled: list[int] = [0] * len(cross_kv)  # positions written, per layer
 
@@ -39,7 +44,8 @@ class DecoderCache:
 
     @property
     def batch_size(self) -> int:
-        return self.cross_kv[0][0].shape[0]
+        """Decoder rows B (= memory rows x group)."""
+        return self.cross_kv[0][0].shape[0] * self.group
 
     @property
     def self_kv(self) -> list[KV]:
@@ -78,20 +84,22 @@ class DecoderCache:
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:
         """A cache of rows ``indices (B',)``. ``cross=False`` keeps the memory K/V as they are:
         valid when every index stays within its own sentence's rows (beam reordering),
-        which saves copying the memory at every step."""
+        which saves copying the memory at every step. With ``group > 1``, ``indices`` must
+        keep whole groups (each ``group`` consecutive new rows from one memory row)."""
         with phase("seq2seq.cache.reorder"):
             return self._reorder(indices, cross)
 
     def _reorder(self, indices: Tensor, cross: bool) -> DecoderCache:
-        def pick(kv: KV) -> KV:
-            return kv[0].index_select(0, indices), kv[1].index_select(0, indices)
+        def pick(kv: KV, rows: Tensor) -> KV:
+            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
 
         mask = self.memory_mask
         cross_kv = self.cross_kv
         if cross:
-            cross_kv = [pick(kv) for kv in self.cross_kv]
-            mask = None if mask is None else mask.index_select(0, indices)
-        out = DecoderCache(cross_kv, mask, self.capacity)
+            memory_rows = indices[:: self.group] // self.group  # the memory row of each group
+            cross_kv = [pick(kv, memory_rows) for kv in self.cross_kv]
+            mask = None if mask is None else mask.index_select(0, memory_rows)
+        out = DecoderCache(cross_kv, mask, self.capacity, self.group)
         out._buffers = [self._pick_filled(kv, P, indices) for kv, P in zip(self._buffers, self._filled)]
         out._filled = list(self._filled)
         return out

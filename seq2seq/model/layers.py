@@ -189,7 +189,8 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None]]:
         """``y (B, L, d_model)``: the L new target positions ``start ..``. ``cross_kv``: the
-        memory's K ``(B, H, S, d_k)`` / V ``(B, H, S, d_v)``. With ``cache``, this layer's
+        memory's K ``(M, H, S, d_k)`` / V ``(M, H, S, d_v)``, ``B = M * g``: g rows per memory
+        row (beam search's hypotheses of one sentence). With ``cache``, this layer's
         (number ``index``) new self-attention K/V are appended to the P cached ones and the
         queries attend over all ``P + L``; without, over the L given positions only.
 
@@ -205,10 +206,22 @@ class DecoderLayer(nn.Module):
 
         with phase("seq2seq.decoder.self_attn"):
             y, self_w = self.self_block(y, self_attend)
+        def cross_attend(h: Tensor):
+            # R = M * g rows, g per memory row (beams of a sentence): their queries become
+            # g*L queries of that row, a view, so the M memory K/V rows serve all R.
+            (R, L, D), M = h.shape, cross_kv[0].shape[0]
+            out, w = self.cross_attn(h.reshape(M, R // M * L, D), cross_kv, memory_mask,
+                                     need_weights=need_weights)
+            return out.view(R, L, D), None if w is None else _ungroup(w, R, L)
+
         with phase("seq2seq.decoder.cross_attn"):
-            y, cross_w = self.cross_block(
-                y, lambda h: self.cross_attn(h, cross_kv, memory_mask, need_weights=need_weights)
-            )
+            y, cross_w = self.cross_block(y, cross_attend)
         with phase("seq2seq.decoder.ffn"):
             y, _ = self.ff_block(y, lambda h: (self.ff(h), None))
         return y, (self_w, cross_w)
+
+
+def _ungroup(weights: Tensor, R: int, L: int) -> Tensor:
+    """Cross weights ``(M, H, g*L, S)`` of grouped queries back to ``(R, H, L, S)``."""
+    M, H, _, S = weights.shape
+    return weights.view(M, H, R // M, L, S).transpose(1, 2).reshape(R, H, L, S)

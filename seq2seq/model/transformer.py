@@ -122,10 +122,11 @@ class Seq2Seq(nn.Module):
         return self.encoder(self.src_embed(src), src_mask, weights)
 
     def init_cache(self, memory: Tensor, memory_mask: Tensor | None,
-                   capacity: int = 64) -> DecoderCache:
-        """A fresh cache holding each layer's cross-attention K/V of ``memory (B, S, d_model)``,
-        with room for ``capacity`` target positions before it grows."""
-        return DecoderCache(self.decoder.cross_kv(memory), memory_mask, capacity)
+                   capacity: int = 64, group: int = 1) -> DecoderCache:
+        """A fresh cache holding each layer's cross-attention K/V of ``memory (M, S, d_model)``,
+        with room for ``capacity`` target positions before it grows, for ``M * group``
+        decoder rows (``group`` consecutive rows per memory row: beams of one sentence)."""
+        return DecoderCache(self.decoder.cross_kv(memory), memory_mask, capacity, group)
 
     def decode(
         self,
