@@ -83,6 +83,13 @@ def plot_attention(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
 
 
 # ---------------------------------------------------------------- training curves
+def _legend(ax, fontsize: int) -> None:
+    """A legend when something is labelled: a run that ends before its first validation (or
+    its first recorded step) has nothing to list, and matplotlib would warn."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize)
+
+
 def plot_training_curves(runs: dict, path: str | os.PathLike) -> Path:
     """Loss (train and validation), validation BLEU and learning rate against step.
 
@@ -116,9 +123,9 @@ def plot_training_curves(runs: dict, path: str | os.PathLike) -> Path:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    ax_loss.legend(fontsize=7)
+    _legend(ax_loss, fontsize=7)
     if len(runs) > 1:
-        ax_bleu.legend(fontsize=8)
+        _legend(ax_bleu, fontsize=8)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,123 @@ def test_train_c_is_the_config_file():
 
     cli = build_cli(["-c", str(ROOT / "configs" / "smoke.yaml")], run=False)
     assert cli.config["trainer"]["max_steps"] == 60
+
+
+# ---------------------------------------------------------------- FLOPs for ThroughputMonitor
+FLOPS_CASES = {
+    "post": {},
+    "pre-rope": dict(norm_position="pre", positional="rope"),
+    "dk!=dv-separate-vocab": dict(d_k=4, d_v=12, share_embeddings=False, tgt_vocab_size=37,
+                                  encoder_layers=1),
+}
+
+
+@pytest.mark.parametrize("loss", ["plain", "fused"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "validate"])
+@pytest.mark.parametrize("overrides", FLOPS_CASES.values(), ids=FLOPS_CASES.keys())
+def test_flops_per_batch_equals_torch_flop_counter(overrides, training, loss):
+    """What the module tells ThroughputMonitor = what torch's FLOP counter measures on the
+    same batch (forward + backward when training, forward alone when validating). The
+    reference runs the plain loss: the fused one does the same matmuls (training/loss.py),
+    but one of them in place (``addmm_``), which the counter does not see."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from seq2seq.config import ModelConfig, OptimConfig
+    from seq2seq.data.batch import collate
+    from seq2seq.model import Seq2Seq
+    from seq2seq.training.module import Seq2SeqModule
+
+    arch = ModelConfig(**{**dict(src_vocab_size=41, tgt_vocab_size=41, d_model=16, n_heads=2,
+                                 d_ff=24, encoder_layers=2, decoder_layers=3, dropout=0.0),
+                          **overrides})
+    batch = collate([{"src_ids": list(range(4, 4 + n)), "tgt_ids": list(range(5, 5 + m))}
+                     for n, m in ((7, 5), (3, 9), (5, 2))])  # padded both sides
+
+    def run(kind: str, counter=None) -> int | None:
+        module = Seq2SeqModule(arch, OptimConfig(loss=kind))
+        module.model = Seq2Seq(arch)
+        module.train(training)
+        with counter or contextlib.nullcontext(), torch.set_grad_enabled(training):
+            value, _ = module.loss(batch)
+            if training:
+                value.backward()
+        return module.flops_per_batch
+
+    counter = FlopCounterMode(display=False)
+    run("plain", counter)
+    assert run(loss) == counter.get_total_flops() > 0
+
+
+# ---------------------------------------------------------------- quiet training output
+NOISE = {
+    "tensorboardX notice": "tensorboardX",
+    "logger advertisement": "💡 Tip",
+    "litlogger": "litlogger",
+    "LeafSpec deprecation": "LeafSpec",
+    "ThroughputMonitor FLOPs": "flops_per_batch",
+    "empty legend": "No artists with labels",
+    "negative epoch count": "/-2",
+}
+
+
+@pytest.mark.slow
+def test_smoke_training_prints_no_noise(tmp_path):
+    """A smoke run that ends before its first validation and first recorded step (so the
+    curves have nothing to label), with the progress bar on: none of the noise a new user
+    reported, and a rich bar (when rich is installed) counting epochs sensibly."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    res = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli.train", "fit", "--config", str(ROOT / "configs" / "smoke.yaml"),
+         "--data.data.data_dir", str(ROOT / "data" / "multi30k"), "--trainer.max_steps", "5",
+         "--trainer.enable_progress_bar", "true", "--trainer.default_root_dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    output = res.stdout + res.stderr
+    assert res.returncode == 0, output[-3000:]
+    assert {name for name, text in NOISE.items() if text in output} == set(), output[-3000:]
+    assert list((tmp_path / "run").rglob("curves.png"))  # the curves were drawn, quietly
+    if importlib.util.find_spec("rich") is not None:
+        assert "Epoch 0/0" in output  # 5 steps: the run ends in its first epoch
+
+
+def test_last_epoch_from_steps_or_epochs():
+    """The rich bar's "Epoch i/last": ``max_epochs - 1``, or the epoch ``max_steps`` ends in."""
+    from types import SimpleNamespace
+
+    from seq2seq.training.callbacks import last_epoch
+
+    def trainer(max_epochs, max_steps, batches, accumulate=1):
+        return SimpleNamespace(max_epochs=max_epochs, max_steps=max_steps,
+                               num_training_batches=batches, accumulate_grad_batches=accumulate)
+
+    cases = [  # (max_epochs, max_steps, batches per epoch, accumulate) -> last epoch
+        ((-1, 60, 370, 1), 0), ((-1, 8000, 120, 1), 66), ((-1, 240, 120, 1), 1),
+        ((-1, 241, 120, 1), 2), ((-1, 240, 120, 2), 3), ((5, 8000, 120, 1), 4),
+        ((None, 60, 370, 1), 0), ((10, -1, 120, 1), 9), ((-1, -1, 120, 1), None),
+        ((-1, 60, float("inf"), 1), None),
+    ]
+    for args, expected in cases:
+        assert last_epoch(trainer(*args)) == expected, args
+
+
+@pytest.mark.parametrize("history", [
+    {"train": [], "val": []},
+    {"train": [{"step": 10, "loss": 5.0, "lr": 1e-3}], "val": []},
+    {"a": {"train": [], "val": []}, "b": {"train": [], "val": [{"step": 5, "val_loss": 4.0}]}},
+], ids=["empty", "train-only", "two-runs-no-bleu"])
+def test_training_curves_plot_quietly(history, tmp_path):
+    """Curves of runs that ended before anything (or before validation BLEU) was recorded:
+    drawn without matplotlib's "No artists with labels" warning."""
+    import warnings
+
+    from seq2seq.plotting import plot_training_curves
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_training_curves(history, tmp_path / "curves.png")
+    assert path.stat().st_size > 0

@@ -12,16 +12,26 @@ which defaults to ``<trainer.default_root_dir>/checkpoints`` (the working direct
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import re
 import warnings
 
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ThroughputMonitor
+from lightning.pytorch.callbacks import (
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+    ThroughputMonitor,
+)
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.training.callbacks import (
     AtomicCheckpointIO,
+    EpochProgressBar,
     TrainingCurves,
     batch_sentences,
     batch_target_tokens,
@@ -54,10 +64,44 @@ class Seq2SeqCLI(LightningCLI):
             config["checkpoint.dirpath"] = os.path.join(root, "checkpoints")
 
     def instantiate_trainer(self, **kwargs):
-        trainer = super().instantiate_trainer(**kwargs)
+        config = self._get(self.config_init, "trainer", default={})
+        trainer = super().instantiate_trainer(**{**quiet_defaults(config), **kwargs})
         # atomic writes + weights_only reads for every checkpoint the Trainer touches
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
+
+
+def _installed(*packages: str) -> bool:
+    return any(importlib.util.find_spec(p) is not None for p in packages)
+
+
+def quiet_defaults(trainer_config) -> dict:
+    """Lightning's defaults without their noise: the CSV logger it falls back to without
+    TensorBoard (announced by a notice on every run), and its rich progress bar with an
+    epoch count that makes sense in a run bounded by ``max_steps`` (not "Epoch 0/-2")."""
+    extra = {}
+    if trainer_config.get("logger") in (None, True) and not _installed("tensorboard", "tensorboardX"):
+        extra["logger"] = CSVLogger(trainer_config.get("default_root_dir") or os.getcwd())
+    callbacks = trainer_config.get("callbacks") or []
+    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+    wants_bar = trainer_config.get("enable_progress_bar") is not False
+    if wants_bar and _installed("rich") and not any(isinstance(c, ProgressBar) for c in callbacks):
+        extra["callbacks"] = [*callbacks, EpochProgressBar()]
+    return extra
+
+
+class _DropAdvertisement(logging.Filter):
+    """Lightning logs a cloud-logger advertisement at every start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip")
+
+
+def quiet_lightning() -> None:
+    """Silence what we cannot fix at its cause, narrowly by message."""
+    # lightning's own pytree helper on torch >= 2.10; nothing a user can act on
+    warnings.filterwarnings("ignore", message=re.escape("`isinstance(treespec, LeafSpec)` is deprecated"))
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdvertisement())
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> Seq2SeqCLI:
@@ -84,6 +128,7 @@ def main(args: list[str] | None = None) -> None:
     # Our sampler does resume mid-epoch (Seq2SeqModule.on_train_start skips the consumed
     # batches), which Lightning cannot see from the DataLoader type.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
+    quiet_lightning()
     build_cli(args)
     # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
     # "terminate called without an active exception".

@@ -1,12 +1,15 @@
-"""Lightning plug-ins of our own: atomic, ``weights_only`` checkpoint I/O and training curves."""
+"""Lightning plug-ins of our own: atomic, ``weights_only`` checkpoint I/O, training curves and
+the rich progress bar's epoch count."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seq2seq.checkpoint import load_checkpoint, save_atomic
@@ -80,3 +83,27 @@ class TrainingCurves(L.Callback):
         from seq2seq.plotting import plot_training_curves
 
         plot_training_curves(self.history, out / "curves.png")
+
+
+def last_epoch(trainer) -> int | None:
+    """The last epoch index the run can reach: ``max_epochs - 1``, or from ``max_steps`` and
+    the batches per epoch when steps bound the run (Lightning then sets ``max_epochs=-1``);
+    None when unbounded or the epoch length is unknown."""
+    bounds = []
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        bounds.append(trainer.max_epochs - 1)
+    batches = trainer.num_training_batches
+    if trainer.max_steps > 0 and 0 < batches < float("inf"):
+        steps_per_epoch = max(int(batches) // trainer.accumulate_grad_batches, 1)
+        bounds.append(math.ceil(trainer.max_steps / steps_per_epoch) - 1)
+    return min(bounds) if bounds else None
+
+
+class EpochProgressBar(RichProgressBar):
+    """Lightning's rich bar, titled "Epoch 3/66" from :func:`last_epoch`: its own title is
+    ``max_epochs - 1``, which reads "Epoch 0/-2" in a run bounded by ``max_steps``."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        last = last_epoch(self.trainer)
+        title = f"Epoch {current_epoch}" + (f"/{last}" if last is not None else "")
+        return f"{title:{len(self.validation_description)}}"  # padded as Lightning's

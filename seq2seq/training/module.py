@@ -16,6 +16,7 @@ from seq2seq.checkpoint import CheckpointError, metadata
 from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
+from seq2seq.training.flops import batch_flops
 from seq2seq.training.loss import fused_projection_loss, label_smoothed_loss
 
 
@@ -75,6 +76,8 @@ class Seq2SeqModule(L.LightningModule):
         self.tokenizers = None  # TokenizerPair, from the data module or a checkpoint
         self.langs: tuple[str, str] | None = None
         self._rng_to_restore: torch.Tensor | None = None
+        # FLOPs of the last batch through ``loss``, read by Lightning's ThroughputMonitor
+        self.flops_per_batch: int | None = None
 
     # ------------------------------------------------------------ model
     def configure_model(self) -> None:
@@ -111,6 +114,9 @@ class Seq2SeqModule(L.LightningModule):
             logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
             loss = label_smoothed_loss(logits, targets, o.label_smoothing)
         n_tokens = targets.shape[0]
+        B, S = batch.src.shape
+        self.flops_per_batch = batch_flops(self.arch, B, S, batch.tgt_in.shape[1], n_tokens,
+                                           training=self.training)
         return loss / max(n_tokens, 1), n_tokens
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
