@@ -1,32 +1,46 @@
-"""Self-contained checkpoints: save atomically, load safely, average.
+"""Self-contained checkpoints: save atomically, load safely and verified, average.
 
 One file format serves training (Lightning writes it) and inference:
 
     {
-      "seq2seq": {"format": 1, "model_config": {...}, "tokenizers": {...},
-                  "src_lang": "de", "tgt_lang": "en"},
+      "seq2seq": {"format": 2, "model_config": {...}, "tokenizers": {...},
+                  "src_lang": "de", "tgt_lang": "en", "checksum": "<sha256>"},
       "state_dict": {"model.<param>": Tensor, ...},   # LightningModule keys
       ... Lightning's training state (optimizer, schedulers, loops) when written by fit ...
     }
 
 Everything is tensors, numbers, strings and bytes, so it loads with
 ``torch.load(path, weights_only=True)``: no arbitrary unpickling of user files.
+
+Every load is verified (:func:`check`) before anything runs: the model config is a valid
+``ModelConfig``, the tokenizers parse and match their SHA-256 fingerprints, vocabulary
+sizes and special ids agree with the config, every weight has the shape the config needs
+and is finite, and (format 2) ``checksum``, a SHA-256 over the config, the tokenizer
+fingerprints, the languages and the weights, still matches: an edited ``n_heads`` changes
+no shape, so only the checksum can tell. Format 1 files (no checksum) still load.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seq2seq.config import ModelConfig, from_dict, to_dict
+from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.model import Seq2Seq
 
-FORMAT = 1
+FORMAT = 2  # 2 adds "checksum"; 1 (without) still loads
+READABLE_FORMATS = (1, 2)
 PREFIX = "model."  # the LightningModule holds the Seq2Seq as ``self.model``
+TIED = ("output.weight", "tgt_embed.tokens.weight")  # may be stored under one name only
 
 
 class CheckpointError(ValueError):
@@ -39,11 +53,22 @@ def _umask() -> int:
     return mask
 
 
+def stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Temporary files :func:`save_atomic` left for ``path`` when it was killed mid-write."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
+
+
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``:
-    a crash leaves either the old file or the new one, never half of one."""
+    a crash leaves either the old file or the new one, never half of one. Temporary files
+    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a directory")
+    for stale in stale_temporaries(path):
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -58,7 +83,8 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
 
 
 def metadata(cfg: ModelConfig, tokenizers, src_lang: str, tgt_lang: str) -> dict[str, Any]:
-    """The ``"seq2seq"`` entry: everything inference needs besides the weights."""
+    """The ``"seq2seq"`` entry: everything inference needs besides the weights
+    (:func:`seal` adds the checksum once the weights are in)."""
     return {
         "format": FORMAT,
         "model_config": to_dict(cfg),
@@ -71,22 +97,173 @@ def metadata(cfg: ModelConfig, tokenizers, src_lang: str, tgt_lang: str) -> dict
 def save_model(path, model: Seq2Seq, tokenizers, src_lang: str, tgt_lang: str) -> None:
     """An inference checkpoint of ``model`` (no training state), written atomically."""
     state = {PREFIX + k: v for k, v in model.state_dict().items()}
-    save_atomic({"seq2seq": metadata(model.arch, tokenizers, src_lang, tgt_lang), "state_dict": state}, path)
+    ckpt = {"seq2seq": metadata(model.arch, tokenizers, src_lang, tgt_lang), "state_dict": state}
+    save_atomic(seal(ckpt), path)
 
 
+# ---------------------------------------------------------------- checksum
+def checksum(ckpt: dict[str, Any]) -> str:
+    """SHA-256 over what decides the model's output: config, tokenizer fingerprints,
+    languages and every model weight (name, dtype, shape, bytes)."""
+    meta = ckpt["seq2seq"]
+    head = {key: meta.get(key) for key in ("model_config", "src_lang", "tgt_lang")}
+    head["tokenizers"] = {side: meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")}
+    h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
+    state = ckpt["state_dict"]
+    for key in sorted(k for k in state if k.startswith(PREFIX)):
+        t = state[key].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{key}|{t.dtype}|{tuple(state[key].shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def seal(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Mark ``ckpt`` (in place) as format 2 with its checksum; returns it."""
+    ckpt["seq2seq"]["format"] = FORMAT
+    ckpt["seq2seq"]["checksum"] = checksum(ckpt)
+    return ckpt
+
+
+# ---------------------------------------------------------------- loading and checks
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load with ``weights_only=True``; any failure becomes a one-line ``CheckpointError``."""
+    """Load with ``weights_only=True`` and verify (:func:`check`); any failure becomes a
+    one-line ``CheckpointError`` naming the file and what to do."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path}: is a directory; give a checkpoint file (.ckpt)")
+    if not path.exists():
         raise CheckpointError(f"checkpoint {path}: no such file")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:  # permissions, I/O
+        raise CheckpointError(f"checkpoint {path}: cannot be read ({e.strerror or e})") from None
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"checkpoint {path}: cannot be read ({reason[:200]})") from None
-    if not isinstance(ckpt, dict) or "seq2seq" not in ckpt or "state_dict" not in ckpt:
-        raise CheckpointError(f"checkpoint {path}: not a seq2seq checkpoint (no 'seq2seq' metadata)")
+        raise CheckpointError(f"checkpoint {path}: cannot be read: {_read_error(e)}") from None
+    check(ckpt, f"checkpoint {path}")
     return ckpt
+
+
+def _read_error(e: Exception) -> str:
+    """What a ``torch.load`` failure means for a user, whole (never cut mid-sentence)."""
+    text = str(e)
+    if isinstance(e, pickle.UnpicklingError) or "Weights only load failed" in text:
+        return ("not a PyTorch checkpoint, or one holding Python objects besides tensors, "
+                "numbers and strings, which are refused unread (loading them could run code)")
+    if "zip archive" in text or "central directory" in text or isinstance(e, EOFError):
+        return "the file is truncated or damaged (an interrupted copy?); use an intact copy"
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def check(ckpt: Any, where: str = "checkpoint") -> None:
+    """Refuse (``CheckpointError`` starting with ``where``) anything but an intact seq2seq
+    checkpoint: metadata, tokenizers, weights and (format 2) the checksum."""
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("seq2seq"), dict):
+        kind = "a Lightning checkpoint of another model" if isinstance(ckpt, dict) and \
+            "pytorch-lightning_version" in ckpt else "not a seq2seq checkpoint"
+        raise CheckpointError(f"{where}: {kind} (no 'seq2seq' metadata)")
+    meta = ckpt["seq2seq"]
+    fmt = meta.get("format")
+    if fmt not in READABLE_FORMATS:
+        raise CheckpointError(f"{where}: format {fmt!r} is not one this version reads "
+                              f"{list(READABLE_FORMATS)} (written by a newer seq2seq?)")
+    arch = config_of(meta, where)
+    tokenizers_of(meta, arch, where)
+    for side in ("src_lang", "tgt_lang"):
+        if not isinstance(meta.get(side), (str, type(None))):
+            raise CheckpointError(f"{where}: '{side}' must be a language code, got {meta[side]!r}")
+    check_weights(ckpt.get("state_dict"), arch, where)
+    if fmt >= 2 or "checksum" in meta:
+        if meta.get("checksum") != checksum(ckpt):
+            raise CheckpointError(
+                f"{where}: its contents do not match its checksum: the file was edited or "
+                "damaged after it was written; use the original file (or re-save the edited "
+                "model with seq2seq.checkpoint.save_model)")
+
+
+def config_of(meta: dict[str, Any], where: str = "checkpoint") -> ModelConfig:
+    """The checkpoint's ``ModelConfig`` (types and values checked)."""
+    cfg = meta.get("model_config")
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{where}: 'model_config' is missing or not a mapping")
+    try:
+        return from_dict(ModelConfig, cfg, "model_config")
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: {e}") from None
+
+
+def tokenizers_of(meta: dict[str, Any], arch: ModelConfig, where: str = "checkpoint") -> TokenizerPair:
+    """The checkpoint's tokenizers, each parsed, its fingerprint recomputed, and its size
+    and special ids checked against ``arch``."""
+    state = meta.get("tokenizers")
+    if state is None:
+        raise CheckpointError(f"{where}: has no tokenizers, so it cannot read or write text "
+                              "(checkpoints from seq2seq-train and save_model have them)")
+    if not isinstance(state, dict) or not {"src", "tgt"} <= set(state):
+        raise CheckpointError(f"{where}: 'tokenizers' must hold 'src' and 'tgt'")
+    pair = {side: _tokenizer(state[side], side, where) for side in ("src", "tgt")}
+    for side, tok in pair.items():
+        size = getattr(arch, f"{side}_vocab_size")
+        if tok.vocab_size != size:
+            raise CheckpointError(f"{where}: the {side} tokenizer has {tok.vocab_size} pieces but "
+                                  f"model_config.{side}_vocab_size is {size}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(tok, name) != getattr(arch, name):
+                raise CheckpointError(f"{where}: model_config.{name} is {getattr(arch, name)} but "
+                                      f"the {side} tokenizer's is {getattr(tok, name)}")
+    src, tgt = pair["src"], pair["tgt"]
+    return TokenizerPair(src, src if tgt == src else tgt)
+
+
+def _tokenizer(state: Any, side: str, where: str) -> Tokenizer:
+    if not isinstance(state, dict) or not isinstance(state.get("model"), bytes) \
+            or not isinstance(state.get("sha256"), str):
+        raise CheckpointError(f"{where}: the {side} tokenizer entry needs 'model' (bytes) and "
+                              "'sha256' (str)")
+    try:
+        tok = Tokenizer.from_bytes(state["model"])
+    except Exception:  # SentencePiece raises RuntimeError on a bad proto
+        raise CheckpointError(f"{where}: the {side} tokenizer's bytes are damaged "
+                              "(SentencePiece cannot read them)") from None
+    if tok.fingerprint != state["sha256"]:
+        raise CheckpointError(
+            f"{where}: the {side} tokenizer fingerprint mismatch: its bytes hash to sha256 "
+            f"{tok.fingerprint[:16]}..., the checkpoint says {state['sha256'][:16]}... "
+            "(damaged or edited)")
+    return tok
+
+
+def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> None:
+    """Every model weight present, with the shape and kind ``arch`` needs, and finite."""
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{where}: 'state_dict' must map names to tensors")
+    with torch.device("meta"):  # shapes only: no memory, no init time
+        expected = Seq2Seq(arch).state_dict()
+    got = {k.removeprefix(PREFIX): v for k, v in state.items()}
+    missing = [k for k in expected if k not in got and not (k in TIED and set(TIED) & set(got))]
+    unexpected = [k for k in got if k not in expected]
+    if missing or unexpected:
+        raise CheckpointError(f"{where}: weights do not fit model_config: missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]}")
+    for key, value in got.items():
+        want = expected[key]
+        if value.shape != want.shape:
+            raise CheckpointError(f"{where}: weight {key} has shape {tuple(value.shape)}, "
+                                  f"model_config needs {tuple(want.shape)}")
+        if value.is_floating_point() != want.is_floating_point():
+            raise CheckpointError(f"{where}: weight {key} has dtype {value.dtype}, "
+                                  f"expected {want.dtype}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{where}: weight {key} holds NaN or infinite values (a "
+                                  "diverged run or a damaged file); use an earlier checkpoint")
+
+
+def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
+    """Whether ``ckpt`` holds Lightning's training state (so ``--ckpt_path`` can resume it)."""
+    return all(k in ckpt for k in ("pytorch-lightning_version", "loops", "optimizer_states"))
 
 
 def model_state(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -94,19 +271,21 @@ def model_state(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k[len(PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(PREFIX)}
 
 
-def build_model(ckpt: dict[str, Any]) -> Seq2Seq:
-    """A ``Seq2Seq`` in eval mode with the checkpoint's config and weights (fp32)."""
-    cfg = from_dict(ModelConfig, ckpt["seq2seq"]["model_config"], "checkpoint model_config")
+def build_model(ckpt: dict[str, Any], arch: ModelConfig | None = None) -> Seq2Seq:
+    """A ``Seq2Seq`` in eval mode with the checkpoint's config (or ``arch``, which must fit
+    its weights, e.g. with another dropout) and weights (fp32)."""
+    cfg = arch or from_dict(ModelConfig, ckpt["seq2seq"]["model_config"], "checkpoint model_config")
     model = Seq2Seq(cfg)
     state = {k: v.float() if v.is_floating_point() else v for k, v in model_state(ckpt).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied weights appear under one name only; anything else missing is a real error.
-    missing = [k for k in missing if k not in ("output.weight", "tgt_embed.tokens.weight")]
+    missing = [k for k in missing if k not in TIED]
     if missing or unexpected:
         raise CheckpointError(f"checkpoint weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return model.eval()
 
 
+# ---------------------------------------------------------------- averaging
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -115,23 +294,25 @@ def average(paths: list[str | os.PathLike], output: str | os.PathLike,
     """Average the weights of ``paths`` (same config and tokenizers) into ``output``.
 
     The result keeps the metadata of the last checkpoint and drops training state, so
-    it is an inference checkpoint (resuming from it starts a fresh optimizer).
+    it is an inference checkpoint (train from it with ``--model.init_from``).
     ``dtype`` (a key of ``STORAGE_DTYPES``) stores the floating-point weights in that
     precision, e.g. ``float16`` halves the file; :func:`build_model` computes in fp32 again.
+    Everything is checked before anything is written: the inputs (:func:`check`), that they
+    agree on config, tokenizers, weight names, shapes and dtypes, and that ``output`` is
+    none of them.
     """
     if dtype is not None and dtype not in STORAGE_DTYPES:
         raise CheckpointError(f"average: dtype must be one of {list(STORAGE_DTYPES)}, got {dtype!r}")
     if not paths:
         raise CheckpointError("average: no checkpoints given")
+    _check_output(paths, Path(output))
     ckpts = [load_checkpoint(p) for p in paths]
-    first = ckpts[-1]["seq2seq"]
-    for p, c in zip(paths, ckpts):
-        meta = c["seq2seq"]
-        if meta["model_config"] != first["model_config"] or meta["tokenizers"] != first["tokenizers"]:
-            raise CheckpointError(f"average: {p} has another model config or tokenizer than {paths[-1]}")
+    _check_compatible(paths, ckpts)
     states = [c["state_dict"] for c in ckpts]
     avg, done = {}, {}  # done: storage -> its average, so tied weights stay one tensor in the file
     for key, value in states[-1].items():
+        if not key.startswith(PREFIX):
+            continue  # not a model weight (nothing else belongs in an inference checkpoint)
         if not value.is_floating_point():
             avg[key] = value
             continue
@@ -140,8 +321,46 @@ def average(paths: list[str | os.PathLike], output: str | os.PathLike,
             store = STORAGE_DTYPES[dtype] if dtype else value.dtype
             done[shared] = sum(s[key].double() for s in states).div(len(states)).to(store)
         avg[key] = done[shared]
+    first = ckpts[-1]["seq2seq"]
     # converting one averaged checkpoint (e.g. to float16) keeps the list it came from
     sources = first.get("averaged_from") if len(paths) == 1 else None
-    out = {"seq2seq": {**first, "averaged_from": sources or [str(p) for p in paths]}, "state_dict": avg}
+    meta = {k: v for k, v in first.items() if k != "checksum"}
+    out = seal({"seq2seq": {**meta, "averaged_from": sources or [str(p) for p in paths]},
+                "state_dict": avg})
     save_atomic(out, output)
     return out
+
+
+def _check_output(paths: list, output: Path) -> None:
+    """The output must be a writable file path and none of the inputs."""
+    if output.is_dir():
+        raise CheckpointError(f"average: output {output} is a directory; give a file name")
+    for p in paths:
+        if output.exists() and Path(p).exists() and os.path.samefile(output, p):
+            raise CheckpointError(f"average: output {output} is one of the inputs; "
+                                  "choose another output file")
+    folder = output.parent if str(output.parent) else Path(".")
+    if folder.exists() and not os.access(folder, os.W_OK):
+        raise CheckpointError(f"average: cannot write {output}: folder {folder} is not writable")
+
+
+def _check_compatible(paths: list, ckpts: list[dict[str, Any]]) -> None:
+    """Same config, tokenizers, weight names, shapes and dtypes as the last checkpoint."""
+    last, ref = paths[-1], ckpts[-1]
+    meta = ref["seq2seq"]
+    want = {k: (v.shape, v.dtype) for k, v in ref["state_dict"].items() if k.startswith(PREFIX)}
+    for p, c in zip(paths, ckpts):
+        m = c["seq2seq"]
+        if m["model_config"] != meta["model_config"] or m["tokenizers"] != meta["tokenizers"]:
+            raise CheckpointError(f"average: {p} has another model config or tokenizer than {last}")
+        got = {k: (v.shape, v.dtype) for k, v in c["state_dict"].items() if k.startswith(PREFIX)}
+        if set(got) != set(want):
+            odd = sorted(set(got) ^ set(want))[:3]
+            raise CheckpointError(f"average: {p} and {last} hold different weights ({odd}); "
+                                  "nothing was written")
+        for key, (shape, dt) in got.items():
+            if (shape, dt) != want[key]:
+                raise CheckpointError(
+                    f"average: weight {key} is {dt} {tuple(shape)} in {p} but {want[key][1]} "
+                    f"{tuple(want[key][0])} in {last}; convert them to one dtype first "
+                    "(seq2seq-average --dtype float32 -o X FILE)")

@@ -7,6 +7,8 @@ YAML round trip: ``to_dict``/``from_dict`` (unknown keys are refused by name).
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -23,16 +25,47 @@ class ConfigError(ValueError):
     """A config value or key is invalid; the message names the field."""
 
 
-def _check_literals(obj: Any) -> None:
-    """Refuse values outside a field's ``Literal[...]`` choices, naming the field."""
+def _check_fields(obj: Any) -> None:
+    """Refuse, naming the field, a value of the wrong type (``"32"`` for an int, from a YAML
+    file or an edited checkpoint), a non-finite float, an int beyond 64 bits, or a value
+    outside a field's ``Literal[...]`` choices."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        choices = get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is Literal else ()
-        value = getattr(obj, f.name)
+        hint, value = hints[f.name], getattr(obj, f.name)
+        where = f"{type(obj).__name__}.{f.name}"
+        choices = get_args(hint) if typing.get_origin(hint) is Literal else ()
         if choices and value not in choices:
-            raise ConfigError(
-                f"{type(obj).__name__}.{f.name}: {value!r} is not one of {list(choices)}"
-            )
+            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+        if not choices and not _fits(value, hint):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise ConfigError(f"{where}={value} is out of range (64-bit integers)")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` names (ints pass for floats, bools for neither)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, h) for h in get_args(hint))
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a form not checked here
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(h) for h in get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -78,12 +111,19 @@ class ModelConfig:
     eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:
-        _check_literals(self)
+        _check_fields(self)
         _positive(
             self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_k", "d_v",
             "d_ff", "encoder_layers", "decoder_layers", "max_positions", "norm_eps",
         )
         _probability(self, "dropout", "attention_dropout", "activation_dropout")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < self.tgt_vocab_size:
+                raise ConfigError(f"ModelConfig.{name} must be in [0, tgt_vocab_size="
+                                  f"{self.tgt_vocab_size}), got {getattr(self, name)}")
+        if self.max_positions < 2:
+            raise ConfigError(f"ModelConfig.max_positions must be >= 2 (a token and EOS), "
+                              f"got {self.max_positions}")
         if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads:
             raise ConfigError(
                 f"ModelConfig.n_heads={self.n_heads} must divide d_model={self.d_model} "
@@ -106,6 +146,9 @@ class ModelConfig:
     @property
     def head_dim_v(self) -> int:
         return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+
+MAX_BEAM = 1000  # beam size and n-best: a beam of K keeps K x vocabulary scores per sentence
 
 
 @dataclass
@@ -137,7 +180,7 @@ class DecodingConfig:
     max_tokens: int = 2000
 
     def __post_init__(self) -> None:
-        _check_literals(self)
+        _check_fields(self)
         _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience")
         if self.nbest > self.beam_size and self.method == "beam":
             raise ConfigError(
@@ -145,8 +188,16 @@ class DecodingConfig:
             )
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodingConfig.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0 or self.min_len < 0 or self.max_len_a < 0:
-            raise ConfigError("DecodingConfig.top_k, min_len and max_len_a must be >= 0")
+        for name in ("top_k", "min_len", "max_len_a"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"DecodingConfig.{name} must be >= 0, got {getattr(self, name)}")
+        # Beyond these the search runs out of memory or float range, never to a better output.
+        for name, low, high in (("beam_size", 1, MAX_BEAM), ("nbest", 1, MAX_BEAM),
+                                ("alpha", -10.0, 10.0), ("patience", 0.0, 100.0),
+                                ("temperature", 1e-6, float("inf"))):
+            if not low <= getattr(self, name) <= high:
+                raise ConfigError(f"DecodingConfig.{name} must be in [{low}, {high}], "
+                                  f"got {getattr(self, name)}")
 
 
 @dataclass
@@ -168,7 +219,7 @@ class TokenizerConfig:
     num_threads: int = 8
 
     def __post_init__(self) -> None:
-        _check_literals(self)
+        _check_fields(self)
         _positive(self, "vocab_size", "input_sentence_size", "num_threads")
         if not 0.0 < self.character_coverage <= 1.0:
             raise ConfigError(
@@ -217,7 +268,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = from_dict(TokenizerConfig, self.tokenizer, "DataConfig.tokenizer")
-        _check_literals(self)
+        _check_fields(self)
         _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc", "shuffle_buffer")
         if self.corpus not in (None, "multi30k"):
             raise ConfigError(
@@ -280,11 +331,15 @@ class OptimConfig:
     loss_chunk: int = 256  # measured: 128-1024 within 10% on 2 cores (d 128, V 8k)
 
     def __post_init__(self) -> None:
-        _check_literals(self)
+        _check_fields(self)
         _positive(self, "lr", "eps", "loss_chunk")
         _probability(self, "label_smoothing")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"OptimConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        _positive(self, "decay_start")
+        if self.warmup_steps < 0 or self.weight_decay < 0:
+            raise ConfigError("OptimConfig.warmup_steps and weight_decay must be >= 0, got "
+                              f"{self.warmup_steps} and {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"OptimConfig.betas must be two numbers in [0, 1), got {self.betas}")
         self.betas = tuple(self.betas)  # YAML gives lists
 
 

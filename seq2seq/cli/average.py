@@ -4,6 +4,11 @@
     seq2seq-average -o avg.ckpt --last 10 runs/X/checkpoints     # the 10 newest step checkpoints
     seq2seq-average -o avg.ckpt --best 5 runs/X/checkpoints      # the 5 with the highest val BLEU
     seq2seq-average -o small.ckpt --dtype float16 a.ckpt         # one checkpoint, half the size
+
+Nothing is written unless every input loads, passes its checks and agrees with the others
+(config, tokenizers, weight names, shapes, dtypes). The output never replaces an input, and
+replaces another existing file only with ``--force``. Snapshots of the same step
+(``step000008.ckpt`` and the ``step000008-v1.ckpt`` a resumed run wrote again) count once.
 """
 
 from __future__ import annotations
@@ -13,44 +18,107 @@ import re
 import sys
 from pathlib import Path
 
-from seq2seq.checkpoint import STORAGE_DTYPES, CheckpointError, average
+from seq2seq.cli.common import run_command
 
+PROG = "seq2seq-average"
 _BLEU = re.compile(r"bleu(\d+(?:\.\d+)?)")
 _STEP = re.compile(r"step(\d+)")
+_VERSION = re.compile(r"-v(\d+)\.ckpt$")
+
+
+def _one_per_step(files: list[Path]) -> dict[int, Path]:
+    """Step -> its checkpoint; of several of one step the latest version (``-vN``) wins,
+    then one with a val BLEU in its name (what ``--best`` reads)."""
+    by_step: dict[int, tuple[tuple[int, bool], Path]] = {}
+    for p in files:
+        if m := _STEP.search(p.name):
+            v = _VERSION.search(p.name)
+            rank = (int(v.group(1)) if v else 0, bool(_BLEU.search(p.name)))
+            step = int(m.group(1))
+            if step not in by_step or rank > by_step[step][0]:
+                by_step[step] = (rank, p)
+    return {step: p for step, (_, p) in by_step.items()}
 
 
 def select(folder: Path, last: int | None, best: int | None) -> list[Path]:
-    """Checkpoints of ``folder`` (``last.ckpt`` excluded: it duplicates a step checkpoint)."""
-    files = [p for p in folder.glob("*.ckpt") if p.name != "last.ckpt"]
+    """Checkpoints of ``folder`` (``last.ckpt`` excluded: it duplicates a step checkpoint),
+    oldest step first, one per step."""
+    files = sorted(p for p in folder.glob("*.ckpt") if p.name != "last.ckpt" and p.is_file())
+    steps = _one_per_step(files)
     if best:
-        scored = [(float(m.group(1)), p) for p in files if (m := _BLEU.search(p.name))]
-        return [p for _, p in sorted(scored)[-best:]]
-    stepped = [(int(m.group(1)), p) for p in files if (m := _STEP.search(p.name))]
-    return [p for _, p in sorted(stepped)[-last:]]
+        scored = [(float(m.group(1)), step, p) for step, p in steps.items()
+                  if (m := _BLEU.search(p.name))]
+        return [p for _, _, p in sorted(sorted(scored)[-best:], key=lambda x: x[1])]
+    return [p for _, p in sorted(steps.items())[-last:]]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from seq2seq.checkpoint import STORAGE_DTYPES
+
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+", help="checkpoint files, or one folder with --last/--best")
+    ap.add_argument("-o", "--output", required=True, help="the averaged checkpoint (a file)")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--last", type=_positive, metavar="N",
+                       help="average the N checkpoints with the highest step")
+    group.add_argument("--best", type=_positive, metavar="N",
+                       help="average the N checkpoints with the highest val BLEU")
+    ap.add_argument("--dtype", choices=list(STORAGE_DTYPES),
+                    help="store the weights in this precision (default: as the inputs)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an existing output file (never one of the inputs)")
+    return ap
+
+
+def inputs(args: argparse.Namespace) -> list[Path]:
+    """The checkpoint files to average (one line on stderr when fewer than asked for)."""
+    paths = [Path(p) for p in args.inputs]
+    n = args.last or args.best
+    if not n:
+        folders = [p for p in paths if p.is_dir()]
+        if folders:
+            raise ValueError(f"{folders[0]} is a folder: give checkpoint files, or the folder "
+                             "with --last N or --best N")
+        return paths
+    if len(paths) != 1 or not paths[0].is_dir():
+        raise ValueError(f"--{'last' if args.last else 'best'} takes exactly one folder of "
+                         f"checkpoints, got {' '.join(args.inputs)}")
+    chosen = select(paths[0], args.last, args.best)
+    kind = "step checkpoints (stepNNNNNN*.ckpt)" if args.last else "checkpoints with a val BLEU in their name"
+    if not chosen:
+        raise ValueError(f"{paths[0]} holds no {kind}")
+    if len(chosen) < n:
+        print(f"{PROG}: warning: --{'last' if args.last else 'best'} {n}: {paths[0]} holds only "
+              f"{len(chosen)} {kind}; averaging {len(chosen)}", file=sys.stderr)
+    return chosen
+
+
+def run(args: argparse.Namespace) -> None:
+    from seq2seq.checkpoint import average  # after argument errors: importing torch is slow
+
+    paths = inputs(args)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir() and not args.force \
+            and not any(p.exists() and out.samefile(p) for p in paths):
+        raise ValueError(f"output {out} exists; add --force to replace it")
+    average(paths, out, args.dtype)
+    noun = "checkpoint" if len(paths) == 1 else "checkpoints"
+    print(f"averaged {len(paths)} {noun} -> {out}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="seq2seq-average", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="checkpoint files, or one folder with --last/--best")
-    ap.add_argument("-o", "--output", required=True)
-    group = ap.add_mutually_exclusive_group()
-    group.add_argument("--last", type=int, help="average the N checkpoints with the highest step")
-    group.add_argument("--best", type=int, help="average the N checkpoints with the highest val BLEU")
-    ap.add_argument("--dtype", choices=list(STORAGE_DTYPES),
-                    help="store the weights in this precision (default: as the inputs)")
-    args = ap.parse_args(argv)
-    paths = [Path(p) for p in args.inputs]
-    if args.last or args.best:
-        if len(paths) != 1 or not paths[0].is_dir():
-            ap.error("--last/--best take exactly one folder of checkpoints")
-        paths = select(paths[0], args.last, args.best)
-    try:
-        average(paths, args.output, args.dtype)
-    except CheckpointError as e:
-        print(f"seq2seq-average: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    print(f"averaged {len(paths)} checkpoints -> {args.output}", file=sys.stderr)
+    run_command(PROG, run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

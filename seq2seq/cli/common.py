@@ -59,3 +59,32 @@ def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
                        action="append" if append else "store", help=help)
     group.add_argument(*MODEL_ALIASES, dest="checkpoint", nargs=nargs, metavar=metavar,
                        action=_OldModelOption, append=append, help=argparse.SUPPRESS)
+
+
+def check_device(name: str) -> None:
+    """``--device NAME`` must be a torch device this machine has (else one line: what to use)."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {name!r}: not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    count = {"cpu": 1, "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+             "mps": int(torch.backends.mps.is_available())}.get(device.type, 0)
+    if count == 0 or (device.index or 0) >= count:
+        raise ValueError(f"--device {name}: this machine has no such device (use --device cpu)")
+
+
+def check_output_file(path: str, option: str) -> None:
+    """Before any long work: ``path`` can be written as a file (not a folder, folder writable)."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{option} {path}: is a directory; give a file name")
+    folder = next((q for q in p.absolute().parents if q.exists()), None)
+    if folder is None or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot write there (folder not writable)")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{option} {path}: the file is not writable")

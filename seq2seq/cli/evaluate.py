@@ -33,8 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.cli.common import add_model_argument, run_command
-from seq2seq.cli.translate import _one_line, add_decoding_args, decoding_from_args
+from seq2seq.cli.common import (
+    add_model_argument,
+    check_device,
+    check_output_file,
+    run_command,
+)
+from seq2seq.cli.translate import (
+    _one_line,
+    add_decoding_args,
+    decoding_from_args,
+    ignored_options,
+)
 from seq2seq.config import DecodingConfig
 
 PROG = "seq2seq-evaluate"
@@ -234,28 +244,53 @@ def print_table(results: list[dict[str, Any]], out=None) -> None:
         print(f"hypotheses: {r['hypotheses']}", file=out)
 
 
+def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) -> None:
+    """Before any decoding: the hypothesis folder and ``--json`` can be written, and no
+    output would replace an input (a checkpoint, a source or a reference file)."""
+    inputs = {Path(p).resolve() for p in args.checkpoint}
+    inputs |= {f.resolve() for _, t, _ in plan for f in (t.src_path, t.ref_path)}
+    if args.json:
+        check_output_file(args.json, "--json")
+    try:
+        hyp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--hyp-dir {hyp_dir}: cannot create the folder ({e.strerror})") from None
+    if not os.access(hyp_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"--hyp-dir {hyp_dir}: the folder is not writable")
+    outputs = [("--json", Path(args.json))] if args.json else []
+    outputs += [("--hyp-dir", hyp) for _, _, hyp in plan]
+    for option, out in outputs:
+        if out.resolve() in inputs:
+            raise ValueError(f"{option}: writing {out} would replace an input file; "
+                             "choose another output")
+        if out.is_dir():
+            raise ValueError(f"{option}: {out} is a directory; it must be a file")
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     check_args(args)
     decoding = decoding_from_args(args)
+    check_device(args.device)
     # Everything that can be refused is refused before the first (long) decoding run.
     plan, test_sets = [], {}
-    for path in args.checkpoint:
+    hyp_dir = Path(args.hyp_dir or (Path(args.json).parent if args.json else DEFAULT_HYP_DIR))
+    for path, name in zip(args.checkpoint, file_names(args.checkpoint)):
         meta = load_checkpoint(path)["seq2seq"]
         pair = language_pair(path, meta, args)
         if pair not in test_sets:
             test_sets[pair] = load_test_set(args, *pair)
-        plan.append((path, test_sets[pair]))
-    hyp_dir = Path(args.hyp_dir or (Path(args.json).parent if args.json else DEFAULT_HYP_DIR))
-    hyp_dir.mkdir(parents=True, exist_ok=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        test = test_sets[pair]
+        plan.append((path, test, hyp_dir / f"{name}.{test.key}.hyp"))
+    check_outputs(args, plan, hyp_dir)
+    for note in ignored_options(args, decoding):
+        print(f"{PROG}: warning: {note}", file=sys.stderr)
 
     results = []
-    for i, ((path, test), name) in enumerate(zip(plan, file_names(args.checkpoint)), 1):
+    for i, (path, test, hyp_file) in enumerate(plan, 1):
         if not args.quiet:
             print(f"[{i}/{len(plan)}] {path}: {test.label}, {len(test.src)} sentences",
                   file=sys.stderr, flush=True)
-        r = evaluate_checkpoint(path, test, decoding, hyp_dir / f"{name}.{test.key}.hyp", args)
+        r = evaluate_checkpoint(path, test, decoding, hyp_file, args)
         if not args.quiet:
             print(f"      BLEU {r['BLEU']['score']:.2f}, chrF {r['chrF']['score']:.2f} "
                   f"({r['translate_seconds']:.1f} s) -> {r['hypotheses']}", file=sys.stderr, flush=True)
@@ -263,6 +298,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     print_table(results)
     if args.json:
         text = json.dumps(results, indent=1, ensure_ascii=False) + "\n"
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text, encoding="utf-8")
     return results
 

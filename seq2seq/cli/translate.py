@@ -15,12 +15,18 @@ import argparse
 import dataclasses
 import io
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from seq2seq.cli.common import add_model_argument, run_command
-from seq2seq.config import DecodingConfig
+from seq2seq.cli.common import (
+    add_model_argument,
+    check_device,
+    check_output_file,
+    run_command,
+)
+from seq2seq.config import ConfigError, DecodingConfig
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
@@ -87,7 +93,33 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
     method = over.get("method", d.method)
     if over.get("nbest", 1) > 1 and method == "greedy":
         raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")
-    return dataclasses.replace(d, **over)
+    try:
+        return dataclasses.replace(d, **over)
+    except ConfigError as e:  # name the flag the user typed too, not only the field behind it
+        field = re.match(r"DecodingConfig\.(\w+)", str(e))
+        flags = {name: "--" + dest.replace("_", "-") for dest, name in _FIELDS.items()}
+        flag = {**flags, "beam_size": "--beam"}.get(field.group(1)) if field else None
+        raise ValueError(f"{flag}: {e}" if flag else str(e)) from None
+
+
+def ignored_options(args: argparse.Namespace, decoding: DecodingConfig) -> list[str]:
+    """Flags given that ``decoding`` does not use, each with what would use it (the CLIs
+    warn: a flag dropped without a word is a silently wrong result)."""
+    given = {a for a in ("lenpen", "patience", "stopping", "temperature", "topk", "topp", "seed")
+             if getattr(args, a, None) is not None}
+    flag = {"lenpen": "--lenpen", "topk": "--topk", "topp": "--topp"}
+    notes = []
+    if "lenpen" in given and decoding.length_penalty != "gnmt":
+        notes.append(f"--lenpen has no effect with --length-penalty {decoding.length_penalty}; "
+                     "add --length-penalty gnmt")
+    if "patience" in given and (decoding.method != "beam" or decoding.stopping != "patience"):
+        notes.append("--patience has no effect without --beam K > 1 and --stopping patience")
+    if "stopping" in given and decoding.method != "beam":
+        notes.append("--stopping has no effect without --beam K > 1")
+    for name in ("temperature", "topk", "topp", "seed"):
+        if name in given and decoding.method != "sample":
+            notes.append(f"{flag.get(name, '--' + name)} has no effect without --sample")
+    return notes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,11 +136,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------ input / output
-def _lines(stream: Iterable[str]) -> Iterator[str]:
-    """Lines without their terminator; only ``\\n`` ends a line (a stray ``\\r`` or other
-    Unicode line break inside a line stays part of it, so line counts match ``wc -l``)."""
-    for line in stream:
-        yield line[:-1].removesuffix("\r") if line.endswith("\n") else line
+class _Lines:
+    """Lines of a byte stream without their terminator. Only ``\\n`` ends a line (a stray
+    ``\\r`` or other Unicode line break inside a line stays part of it, so line counts match
+    ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.invalid = stream, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self.stream:  # binary: split on b"\n" only
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                self.invalid += 1
+            yield line[:-1].removesuffix("\r") if line.endswith("\n") else line
 
 
 def _open_input(args) -> Iterable[str]:
@@ -117,8 +160,11 @@ def _open_input(args) -> Iterable[str]:
             raise ValueError("give sentences as arguments or --input, not both")
         return list(args.text)
     if args.input:
-        return _lines(open(args.input, encoding="utf-8", errors="replace", newline="\n"))  # noqa: SIM115
-    return _lines(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"))
+        try:
+            return _Lines(open(args.input, "rb"))  # noqa: SIM115
+        except OSError as e:
+            raise ValueError(f"--input {args.input}: {e.strerror}") from None
+    return _Lines(sys.stdin.buffer if sys.stdin is not None else [])  # stdin closed: no lines
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -166,8 +212,13 @@ def run(args) -> None:
     )
 
     decoding = decoding_from_args(args)
-    translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
+    check_device(args.device)
+    if args.plot_attention:
+        check_output_file(args.plot_attention, "--plot-attention")
     lines = _open_input(args)
+    translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
+    for note in ignored_options(args, decoding):
+        print(f"{PROG}: warning: {note}", file=sys.stderr)
     out = sys.stdout
     if isinstance(out, io.TextIOWrapper):  # UTF-8 whatever the locale: emoji must not crash
         out.reconfigure(encoding="utf-8", errors="replace")
@@ -179,6 +230,9 @@ def run(args) -> None:
         for result in translator.translate_full(chunk):
             out.write(_format(result, args.output_format) + "\n")
         out.flush()
+    if getattr(lines, "invalid", 0):
+        print(f"{PROG}: warning: {lines.invalid} input line(s) were not valid UTF-8; their "
+              "invalid bytes were replaced by U+FFFD", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

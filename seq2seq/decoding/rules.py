@@ -31,8 +31,10 @@ def truncate_source(ids: Sequence[int], max_positions: int) -> list[int]:
 def max_lengths(src: Tensor, decoding: DecodingConfig, pad_id: int, max_positions: int) -> Tensor:
     """``(B,)`` longest output (tokens before EOS) per sentence: ``a*|src| + b``, capped."""
     src_len = (src != pad_id).sum(1).double()
-    limit = torch.floor(decoding.max_len_a * src_len + decoding.max_len_b).long()
-    return limit.clamp(1, max_positions - 1)
+    # Capped in float64 before the cast: a huge a or b (1e30) must mean "the model's
+    # limit", not wrap around int64 to a length of 1.
+    limit = torch.floor(decoding.max_len_a * src_len + float(decoding.max_len_b))
+    return limit.clamp(1, max_positions - 1).long()
 
 
 def length_penalty(lengths: Tensor | float, decoding: DecodingConfig) -> Tensor | float:

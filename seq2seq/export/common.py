@@ -1,17 +1,18 @@
 """What both exporters share: the model to export, the output folder, the vocabularies.
 
 * :func:`load` accepts a ``Seq2Seq``, a checkpoint dict or a checkpoint path.
-* :func:`prepare_dir` creates the output folder. With ``overwrite`` it replaces a previous
-  export, and only that: it deletes nothing but the files the target writes, and refuses
-  a folder holding the input checkpoint or anything else (a ``--force`` typo must not
-  delete a user's data).
+* :func:`prepare_dir` creates the output folder and marks it (:data:`MARKER`). With
+  ``overwrite`` it replaces a previous export, and only that: a marked folder holding
+  nothing but the files the target writes; it refuses a folder holding the input
+  checkpoint or anything else (a ``--force`` typo must not delete a user's data).
 * Vocabularies are token strings, index = our id: the checkpoint's SentencePiece pieces
-  (:func:`pieces_from_state`), or placeholders (:func:`default_vocabulary`) for a model
-  without tokenizers; :func:`fit_vocabulary` pads them to the model's vocabulary size.
+  (:func:`pieces_from_state`), or placeholders (:func:`default_vocabulary`) for a bare
+  ``Seq2Seq`` (a checkpoint without tokenizers is refused); :func:`fit_vocabulary` pads them to the model's vocabulary size.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,12 +26,14 @@ from seq2seq.specials import UNK_ID
 # ---------------------------------------------------------------- the model
 def load(ckpt_or_model: Any) -> tuple[Seq2Seq, dict[str, Any] | None]:
     """A model in eval mode and the checkpoint dict (None when given a bare model)."""
-    from seq2seq.checkpoint import build_model, load_checkpoint
+    from seq2seq.checkpoint import build_model, check, load_checkpoint
 
     if isinstance(ckpt_or_model, Seq2Seq):
         return ckpt_or_model.eval(), None
     if isinstance(ckpt_or_model, (str, os.PathLike)):
-        ckpt_or_model = load_checkpoint(ckpt_or_model)
+        ckpt_or_model = load_checkpoint(ckpt_or_model)  # verified: tokenizers, weights, checksum
+    elif isinstance(ckpt_or_model, dict):
+        check(ckpt_or_model, "checkpoint")
     if isinstance(ckpt_or_model, dict):
         return build_model(ckpt_or_model), ckpt_or_model
     raise TypeError(
@@ -50,6 +53,9 @@ def refuse(fmt: str, problems: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- the output folder
+MARKER = ".seq2seq-export"  # written into every export folder: what --force may replace
+
+
 def prepare_dir(
     out_dir: str | os.PathLike,
     overwrite: bool,
@@ -57,18 +63,31 @@ def prepare_dir(
     is_product: Callable[[str], bool],
     source: Path | None = None,
 ) -> Path:
-    """The output folder, created and empty of earlier ``fmt`` export files.
+    """The output folder, created and empty of earlier ``fmt`` export files, with the
+    :data:`MARKER` file that says an ``fmt`` export lives there.
 
-    A non-empty folder needs ``overwrite``; even then only plain files for which
-    ``is_product(name)`` holds are deleted. A folder that holds ``source`` (the input
-    checkpoint), a subfolder, a link or any other file is refused, untouched."""
+    A non-empty folder needs ``overwrite``, and even then it must be a previous ``fmt``
+    export (it has the marker) holding nothing but plain files for which ``is_product(name)``
+    holds: only those are deleted. A folder that holds ``source`` (the input checkpoint), a
+    subfolder, a link, any other file, or no marker is refused, untouched."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {out} exists and is not a directory")
     entries = sorted(out.iterdir()) if out.is_dir() else []
-    if not entries:
+    if entries:
+        _check_replaceable(out, entries, overwrite, fmt, is_product, source)
+        for p in entries:
+            p.unlink()
+    try:
         out.mkdir(parents=True, exist_ok=True)
-        return out
+        (out / MARKER).write_text(json.dumps({"format": fmt}) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"output directory {out}: cannot write there ({e.strerror})") from None
+    return out
+
+
+def _check_replaceable(out: Path, entries: list[Path], overwrite: bool, fmt: str,
+                       is_product: Callable[[str], bool], source: Path | None) -> None:
     if not overwrite:
         raise ValueError(f"output directory {out} is not empty (use overwrite/--force)")
     if source is not None and source.resolve().is_relative_to(out.resolve()):
@@ -76,15 +95,23 @@ def prepare_dir(
             f"output directory {out} holds the input checkpoint {source}; "
             "choose another output folder"
         )
-    foreign = [p for p in entries if p.is_symlink() or not p.is_file() or not is_product(p.name)]
+    foreign = [p for p in entries if p.is_symlink() or not p.is_file()
+               or not (is_product(p.name) or p.name == MARKER)]
     if foreign:
         raise ValueError(
             f"output directory {out} holds {foreign[0].name!r}, which is not a {fmt} export "
             "file; overwrite/--force only replaces a previous export"
         )
-    for p in entries:
-        p.unlink()
-    return out
+    try:
+        written = json.loads((out / MARKER).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        written = None
+    if written != fmt:
+        raise ValueError(
+            f"output directory {out} is not a {fmt} export written by seq2seq-export (no "
+            f"{MARKER} marker for it); overwrite/--force only replaces such a folder: "
+            "choose another output folder"
+        )
 
 
 # ---------------------------------------------------------------- vocabularies

@@ -12,7 +12,14 @@ from dataclasses import replace
 import lightning as L
 import torch
 
-from seq2seq.checkpoint import CheckpointError, metadata
+from seq2seq.checkpoint import (
+    CheckpointError,
+    build_model,
+    config_of,
+    load_checkpoint,
+    metadata,
+    seal,
+)
 from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
@@ -45,6 +52,26 @@ def lr_lambda(optim: OptimConfig, d_model: int):
     return {"noam": noam, "inverse_sqrt": inverse_sqrt, "constant": warmup}[optim.schedule]
 
 
+# Fields of ``ModelConfig`` a run may change when it starts from trained weights.
+_TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def _same_run(meta: dict, tokenizers, langs: tuple[str, str] | None, where: str) -> None:
+    """Refuse weights trained with other tokenizers or another language pair than this
+    run's data: training on would relabel them (same-sized vocabularies fit silently)."""
+    saved = [meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")]
+    ours = [tokenizers.src.fingerprint, tokenizers.tgt.fingerprint]
+    if saved != ours:
+        raise CheckpointError(
+            f"{where} was trained with other tokenizers (sha256 {saved[0][:12]}...) than this "
+            f"run's data (sha256 {ours[0][:12]}...); keep the run's data and tokenizer "
+            "settings, or start from those weights with --model.init_from (their tokenizers)")
+    pair = (meta.get("src_lang"), meta.get("tgt_lang"))
+    if langs is not None and None not in pair and pair != tuple(langs):
+        raise CheckpointError(f"{where} translates {pair[0]}->{pair[1]}, but the data is "
+                              f"{langs[0]}->{langs[1]}")
+
+
 class Seq2SeqModule(L.LightningModule):
     """Trains a :class:`Seq2Seq`.
 
@@ -56,6 +83,11 @@ class Seq2SeqModule(L.LightningModule):
         val_bleu_max_sentences: decode only the first N validation sentences (None = all).
         compile: ``torch.compile`` the teacher-forced forward (not decoding); the first
             steps pay for compilation, measure with ``scripts/benchmark.py`` before using.
+        init_from: start from this checkpoint's weights (e.g. an average: inference-only
+            checkpoints cannot be resumed), with its architecture (dropouts from ``arch``)
+            and its tokenizers, and a fresh optimizer and schedule. The data module must
+            tokenize with those tokenizers (``seq2seq-train`` sees to it:
+            ``datamodule.use_tokenizers``).
     """
 
     def __init__(
@@ -65,8 +97,10 @@ class Seq2SeqModule(L.LightningModule):
         val_bleu: bool = True,
         val_bleu_max_sentences: int | None = None,
         compile: bool = False,
+        init_from: str | None = None,
     ):
         super().__init__()
+        self.init_from = init_from
         self.arch = arch or ModelConfig()
         self.optim = optim or OptimConfig()
         self.val_bleu = val_bleu
@@ -87,6 +121,9 @@ class Seq2SeqModule(L.LightningModule):
         dm = self.trainer.datamodule
         self.tokenizers = dm.tokenizers
         self.langs = (dm.config.src_lang, dm.config.tgt_lang)
+        if self.init_from:
+            self._start_from(self.init_from)
+            return
         src, tgt = self.tokenizers.src, self.tokenizers.tgt
         self.arch = replace(
             self.arch,
@@ -100,6 +137,18 @@ class Seq2SeqModule(L.LightningModule):
         self.model = Seq2Seq(self.arch)
         if self.compile_forward:
             self.model.compile(dynamic=True)  # in place: parameter names stay the same
+
+    def _start_from(self, path: str) -> None:
+        """``init_from``: the checkpoint's network and weights, this run's dropouts."""
+        ckpt = load_checkpoint(path)
+        meta = ckpt["seq2seq"]
+        where = f"--model.init_from {path}"
+        _same_run(meta, self.tokenizers, self.langs, where)
+        saved = config_of(meta, where)
+        self.arch = replace(saved, **{k: getattr(self.arch, k) for k in _TRAINING_ONLY})
+        self.model = build_model(ckpt, self.arch).train()
+        if self.compile_forward:
+            self.model.compile(dynamic=True)
 
     # ------------------------------------------------------------ loss
     def loss(self, batch) -> tuple[torch.Tensor, int]:
@@ -160,6 +209,7 @@ class Seq2SeqModule(L.LightningModule):
         """Make every checkpoint self-contained (config + tokenizers) and exactly resumable (RNG)."""
         checkpoint["seq2seq"] = metadata(self.arch, self.tokenizers, *self.langs)
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
+        seal(checkpoint)  # last: the checksum covers the weights Lightning put in
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         meta = checkpoint.get("seq2seq")
@@ -167,10 +217,13 @@ class Seq2SeqModule(L.LightningModule):
             raise CheckpointError("checkpoint has no 'seq2seq' metadata: not written by seq2seq")
         saved = from_dict(ModelConfig, meta["model_config"], "checkpoint model_config")
         if self.model is not None and saved != self.arch:
+            diff = {k: v for k, v in to_dict(saved).items() if getattr(self.arch, k) != v}
             raise CheckpointError(
-                "checkpoint model_config differs from the configured model; "
-                f"checkpoint: {to_dict(saved)}"
+                f"checkpoint model_config differs from the configured model in {diff} "
+                "(the checkpoint's values); resume with the run's own config"
             )
+        if self.tokenizers is not None:
+            _same_run(meta, self.tokenizers, self.langs, "the checkpoint to resume")
         if "rng" in checkpoint:
             self._rng_to_restore = checkpoint["rng"]["torch"]
 
