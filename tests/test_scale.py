@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import hashlib
 import json
 import os
+import pickle
+import tracemalloc
 from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import numpy as np
 import pytest
 import torch
 
 from seq2seq.config import DataConfig, TokenizerConfig
+from seq2seq.data import prepare
+from seq2seq.data.batch import pack
+from seq2seq.data.cache import cache_root
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.prepare import load_split
+from seq2seq.data.sampler import TokenBudgetSampler, length_order
+from seq2seq.data.sources import read_lines
+from seq2seq.data.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "multi30k"
@@ -61,3 +73,203 @@ def test_multi30k_batches_unchanged(tmp_path):
         loader.batch_sampler.set_epoch(epoch)
         ids = [batch.ids.tolist() for batch in loader]
         assert (len(ids), sha256_json(ids)) == (n_batches, digest), f"epoch {epoch}"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def multi30k_lines(lang: str, n: int, split: str = "train") -> list[str]:
+    """``n`` lines from Multi30k, numbered when repeated so the corpus has no duplicates."""
+    lines = read_lines(DATA / f"{split}.{lang}.gz")
+    return [lines[i] if i < len(lines) else f"{lines[i % len(lines)]} {i}" for i in range(n)]
+
+
+def write_corpus(root: Path, n: int, name: str = "c") -> tuple[Path, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = root / f"{name}.de", root / f"{name}.en"
+    for path, lang in zip(paths, ("de", "en"), strict=True):
+        path.write_text("".join(f"{s}\n" for s in multi30k_lines(lang, n)), encoding="utf-8")
+    return paths
+
+
+def text_config(src, tgt, cache: Path, **kw) -> DataConfig:
+    kw = {"tokenizer": TokenizerConfig(vocab_size=500), "max_tokens": 512, **kw}
+    return DataConfig(corpus=None, train_src=src, train_tgt=tgt, valid_src=str(DATA / "val.de.gz"),
+                      valid_tgt=str(DATA / "val.en.gz"), cache_dir=str(cache), **kw)
+
+
+# -- packing and sorting: the fast forms equal the simple ones ---------------------------------
+def pack_greedy(sizes: np.ndarray, max_tokens: int) -> list[int]:
+    """The reference: one example at a time, a new batch when count x size would exceed."""
+    bounds, start = [], 0
+    for i, size in enumerate(sizes.tolist()):
+        if i > start and (i - start + 1) * size > max_tokens:
+            bounds.append(i)
+            start = i
+    return bounds
+
+
+@pytest.mark.parametrize("n,high,max_tokens", [
+    (0, 5, 10), (1, 5, 10), (50, 3, 10), (500, 60, 512), (500, 600, 512),  # sizes above the budget
+    (2000, 200, 4096), (300, 1, 7), (300, 40, 1),
+])
+def test_pack_equals_the_greedy_rule(n, high, max_tokens):
+    rng = np.random.default_rng(n + high)
+    for _ in range(20):
+        sizes = np.sort(rng.integers(0, high + 1, n))
+        assert pack(sizes, max_tokens).tolist() == pack_greedy(sizes, max_tokens)
+
+
+@pytest.mark.parametrize("size_high,n", [(300, 5000), (2**40, 5000)], ids=["packed-key", "lexsort"])
+def test_length_order_equals_lexsort(size_high, n):
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 40, n, dtype=np.int64) * (size_high // 40)  # many ties, any magnitude
+    tiebreak = sizes + rng.integers(0, 3, n)
+    noise = rng.permutation(n)
+    assert np.array_equal(length_order(sizes, tiebreak, noise), np.lexsort((noise, tiebreak, sizes)))
+    assert np.array_equal(length_order(sizes, tiebreak), np.lexsort((tiebreak, sizes)))
+
+
+def test_sampler_state_is_compact_numpy():
+    """No Python lists sized by the corpus; a few bytes a pair (2 million pairs here)."""
+    rng = np.random.default_rng(0)
+    src = rng.integers(2, 128, 2_000_000)
+    sampler = TokenBudgetSampler(src, np.clip(src + rng.integers(-5, 6, len(src)), 2, None), 4096)
+    state = vars(sampler)
+    assert not any(isinstance(v, list | tuple) and len(v) > 100 for v in state.values())
+    per_pair = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray)) / len(src)
+    assert per_pair <= 4
+
+
+# -- sources: shards, globs, gzip ----------------------------------------------------------------
+def test_shards_globs_and_gz_read_as_one_corpus(tmp_path):
+    """A corpus split into shards (plain and gzip mixed), given as a glob or a list, reads
+    exactly like the single file; the pairs are stored once, memory-mapped."""
+    src, tgt = write_corpus(tmp_path, 1000)
+    lines = {p: p.read_text().splitlines(keepends=True) for p in (src, tgt)}
+    for path, side in lines.items():
+        for k in range(3):
+            shard = "".join(side[k * 400:(k + 1) * 400]).encode()
+            name = tmp_path / "shards" / f"part{k}.{path.suffix[1:]}"
+            name.parent.mkdir(exist_ok=True)
+            if k == 1:
+                name.with_suffix(name.suffix + ".gz").write_bytes(gzip.compress(shard))
+            else:
+                name.write_bytes(shard)
+    one = load_split(text_config(str(src), str(tgt), tmp_path / "c1"), "train")
+    shards = sorted((tmp_path / "shards").glob("*.de*")), sorted((tmp_path / "shards").glob("*.en*"))
+    for spec in [(str(tmp_path / "shards/*.de*"), str(tmp_path / "shards/*.en*")),
+                 tuple([str(p) for p in side] for side in shards)]:
+        ds = load_split(text_config(*spec, tmp_path / "c2"), "train")
+        assert ds[:] == one[:]
+        assert all(f["filename"].startswith(str(tmp_path / "c2")) for f in ds.cache_files)
+
+
+@pytest.mark.parametrize("src,tgt,message", [
+    ("shards/*.de", "shards/*.en", "DataConfig.train_tgt: no file matches"),
+    ("shards/*.de", ["a.en", "b.en"], "train_src gives 1 file(s) but train_tgt gives 2"),
+    ("missing.de", "a.en", "data file not found"),
+])
+def test_bad_file_specs_are_one_line_errors(tmp_path, src, tgt, message):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "x.de").write_text("eins\n")
+    (tmp_path / "a.en").write_text("one\n")
+    (tmp_path / "b.en").write_text("two\n")
+    def local(spec):
+        return str(tmp_path / spec) if isinstance(spec, str) else [str(tmp_path / s) for s in spec]
+
+    cfg = text_config(local(src), local(tgt), tmp_path / "c")
+    with pytest.raises((ValueError, OSError)) as exc:
+        load_split(cfg, "train")
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# -- memory bounded by a constant ---------------------------------------------------------------
+def _traced_peak_of_preparing(root: Path, n: int) -> int:
+    src, tgt = write_corpus(root, n, f"c{n}")
+    cfg = text_config(str(src), str(tgt), root / f"cache{n}",
+                      tokenizer=TokenizerConfig(vocab_size=500, input_sentence_size=4000))
+    tracemalloc.start()
+    try:
+        Seq2SeqDataModule(cfg).prepare_data()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_preparing_3x_the_corpus_takes_no_more_memory(tmp_path):
+    """Peak Python/numpy allocations while reading, training the tokenizer on its sample,
+    tokenizing and filtering: the same for 40k and 120k pairs (batches, not corpora; the
+    bound, ~36 MB, is reached once a corpus spans a few 10k-pair batches)."""
+    small, large = (_traced_peak_of_preparing(tmp_path, n) for n in (40_000, 120_000))
+    assert large < 1.1 * small, (small, large)
+
+
+def test_loader_workers_get_file_references_not_data(tmp_path):
+    """What the DataLoader hands to a worker pickles to a few KB for a corpus of MBs: the
+    token ids stay in the memory-mapped Arrow files every process shares."""
+    src, tgt = write_corpus(tmp_path, 20_000)
+    dm = Seq2SeqDataModule(text_config(str(src), str(tgt), tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    data_bytes = dm.train_dataset.data.nbytes
+    assert data_bytes > 2_000_000
+    assert len(pickle.dumps(loader.dataset)) < data_bytes / 100
+    assert all(f["filename"].startswith(str(tmp_path / "cache")) for f in dm.train_dataset.cache_files)
+    batch = next(iter(loader))
+    row = dm.train_dataset[int(batch.ids[0])]
+    assert batch.src[0, : len(row["src_ids"])].tolist() == row["src_ids"]
+
+
+# -- the tokenizer's sample ------------------------------------------------------------------
+def test_tokenizer_trains_on_a_seeded_sample_of_input_sentence_size(tmp_path, monkeypatch):
+    src, tgt = write_corpus(tmp_path, 3000)
+    train = load_split(text_config(str(src), str(tgt), tmp_path / "c"), "train")
+    seen = []
+    real_train = Tokenizer.train.__func__
+
+    def counting(cls, texts, cfg):
+        texts = list(texts)
+        seen.append(texts)
+        return real_train(cls, texts, cfg)
+
+    monkeypatch.setattr(Tokenizer, "train", classmethod(counting))
+    cfg = TokenizerConfig(vocab_size=300, input_sentence_size=1000)
+    first = prepare.train_tokenizers(train, cfg)
+    again = prepare.train_tokenizers(train, cfg)
+    other = prepare.train_tokenizers(train, dataclasses.replace(cfg, seed=2))
+    assert len(seen[0]) == 1000 and seen[0] == seen[1] != seen[2]
+    assert first.src == again.src and first.src != other.src
+    pairs = set(zip(train["src"], train["tgt"], strict=True))
+    assert all((s, t) in pairs for s, t in zip(seen[0][::2], seen[0][1::2], strict=True))  # whole pairs
+    prepare.train_tokenizers(train, dataclasses.replace(cfg, input_sentence_size=6000))
+    assert seen[-1] == [x for pair in zip(train["src"], train["tgt"], strict=True) for x in pair]
+
+
+# -- where the cache lives ----------------------------------------------------------------------
+@pytest.mark.parametrize("cache_dir,env,expected", [
+    ("given", {}, "given"),
+    (None, {"SEQ2SEQ_CACHE_DIR": "ours"}, "ours"),
+    (None, {"XDG_CACHE_HOME": "xdg"}, "xdg/seq2seq"),
+    (None, {"HOME": "home"}, "home/.cache/seq2seq"),
+    (None, {"SEQ2SEQ_CACHE_DIR": "ours", "XDG_CACHE_HOME": "xdg"}, "ours"),
+])
+def test_cache_root_follows_the_user_not_the_working_directory(tmp_path, monkeypatch, cache_dir, env, expected):
+    for name in ("SEQ2SEQ_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value))
+    cfg = DataConfig(cache_dir=None if cache_dir is None else str(tmp_path / cache_dir))
+    assert cache_root(cfg) == tmp_path / expected
+
+
+def test_default_cache_is_not_in_the_working_directory(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path / "user-cache"))
+    src, tgt = write_corpus(tmp_path / "corpus", 500)
+    cfg = text_config(str(src), str(tgt), tmp_path)
+    Seq2SeqDataModule(dataclasses.replace(cfg, cache_dir=None)).prepare_data()
+    assert not any(work.iterdir())
+    assert (tmp_path / "user-cache" / "datasets").is_dir()

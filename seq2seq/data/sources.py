@@ -39,7 +39,7 @@ MULTI30K_SPLITS: tuple[str, ...] = (
     "test_2017_mscoco",
 )
 BATCH = 10_000  # pairs per batch on the way to Arrow
-_CHUNK = 1 << 22  # bytes read at a time
+_CHUNK = 1 << 20  # bytes read at a time
 PAIR_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 Pairs = tuple[list[str], list[str]]
 

@@ -56,13 +56,13 @@ class StreamingBatches(torch.utils.data.IterableDataset):
         epoch = 0
         while True:
             n = 0
-            for n, batch in enumerate(self._epoch(epoch, part, parts), 1):  # noqa: B007
+            for n, batch in enumerate(self.epoch_batches(epoch, part, parts), 1):  # noqa: B007
                 yield batch
             if n == 0:
                 raise ValueError(f"hub:{self.cfg.hub_name}: the stream gave no batch in epoch {epoch}")
             epoch += 1
 
-    def _epoch(self, epoch: int, part: int, parts: int) -> Iterator[Batch]:
+    def epoch_batches(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Batch]:
         cfg, n_before = self.cfg, 0
         for chunk, (src, tgt) in enumerate(sources.hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
             enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio)
