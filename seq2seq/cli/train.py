@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
+from seq2seq.cli.train_help import HelpFormatter, annotate, description
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.training.callbacks import (
     AtomicCheckpointIO,
@@ -40,6 +41,11 @@ from seq2seq.training.module import Seq2SeqModule
 
 
 class Seq2SeqCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        # test and predict need test_step/predict_step, which the module does not have
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in ("fit", "validate")}
+
     def add_arguments_to_parser(self, parser) -> None:
         # Always-on callbacks, configurable as --checkpoint.* and --curves.*
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -54,6 +60,7 @@ class Seq2SeqCLI(LightningCLI):
             }
         )
         parser.add_lightning_class_args(TrainingCurves, "curves")
+        annotate(parser)
 
     def before_instantiate_classes(self) -> None:
         # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed
@@ -106,9 +113,14 @@ def quiet_lightning() -> None:
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> Seq2SeqCLI:
     """The CLI object; ``run=False`` (no subcommand) only builds the classes (tests)."""
+    help_kwargs = {"description": description(), "formatter_class": HelpFormatter}
     return Seq2SeqCLI(
         Seq2SeqModule,
         Seq2SeqDataModule,
+        # the optimizer is --model.optim (configure_optimizers): no --optimizer/--lr_scheduler
+        auto_configure_optimizers=False,
+        parser_kwargs={**help_kwargs, "prog": "seq2seq-train", "fit": help_kwargs,
+                       "validate": help_kwargs},
         trainer_defaults={
             # our token-budget sampler shards itself per rank; Lightning must not replace it
             "use_distributed_sampler": False,
