@@ -321,13 +321,14 @@ def test_cache_reorder_selects_hypotheses(cross):
         src_mask = model.source_mask(src)
         cache = model.init_cache(model.encode(src, src_mask), src_mask)
         _, cache = model.decode(prefix, None, None, cache)
+        before = [(k.clone(), v.clone()) for k, v in cache.self_kv]
         reordered = cache.reorder(indices, cross=cross)
-        assert reordered.length == 3 and reordered.batch_size == 4
-        for (k0, v0), (k1, v1) in zip(cache.self_kv, reordered.self_kv):
+        assert reordered is cache and reordered.length == 3 and reordered.batch_size == 4
+        for (k0, v0), (k1, v1) in zip(before, reordered.self_kv):
             assert torch.equal(k1, k0[indices]) and torch.equal(v1, v0[indices])
         got, _ = model.decode(nxt, None, None, reordered)
         want = model(src[indices], torch.cat([prefix[indices], nxt], dim=1))[:, -1:]
-        not_reordered, _ = model.decode(nxt, None, None, cache)
+        not_reordered = model(src[indices], torch.cat([prefix, nxt], dim=1))[:, -1:]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(not_reordered, want, atol=1e-3)
 

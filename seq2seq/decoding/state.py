@@ -66,7 +66,7 @@ class DecoderRows:
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
             if self.cache is not None:
-                self.cache = self.cache.reorder(rows, cross=cross)
+                self.cache.reorder(rows, cross=cross)
                 return
             self.prefix = self.prefix.index_select(0, rows)
             if cross:

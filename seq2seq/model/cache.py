@@ -13,8 +13,8 @@ Per decoder layer it holds
 
 It also owns positions: :attr:`length` (``P``) is where the next target tokens sit, which
 is where their positional encodings (and RoPE angles) start. ``reorder`` selects rows
-(beam search keeps surviving hypotheses, finished sentences leave the batch) and returns
-a new cache, leaving this one as it was.
+in place (beam search keeps surviving hypotheses, finished sentences leave the batch),
+one layer at a time, so at most one layer's K/V exist twice.
 """
 
 from __future__ import annotations
@@ -82,35 +82,32 @@ class DecoderCache:
         self._buffers[layer] = (new_k, new_v)
 
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:
-        """A cache of rows ``indices (B',)``. ``cross=False`` keeps the memory K/V as they are:
-        valid when every index stays within its own sentence's rows (beam reordering),
-        which saves copying the memory at every step. With ``group > 1``, ``indices`` must
-        keep whole groups (each ``group`` consecutive new rows from one memory row)."""
+        """Keep rows ``indices (B',)``, in place (returns ``self``). ``cross=False`` keeps the
+        memory K/V as they are: valid when every index stays within its own sentence's rows
+        (beam reordering), which saves copying the memory at every step. With ``group > 1``,
+        ``indices`` must keep whole groups (each ``group`` consecutive new rows from one
+        memory row)."""
         with phase("seq2seq.cache.reorder"):
-            return self._reorder(indices, cross)
-
-    def _reorder(self, indices: Tensor, cross: bool) -> DecoderCache:
-        def pick(kv: KV, rows: Tensor) -> KV:
-            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
-
-        mask = self.memory_mask
-        cross_kv = self.cross_kv
-        if cross:
-            memory_rows = indices[:: self.group] // self.group  # the memory row of each group
-            cross_kv = [pick(kv, memory_rows) for kv in self.cross_kv]
-            mask = None if mask is None else mask.index_select(0, memory_rows)
-        out = DecoderCache(cross_kv, mask, self.capacity, self.group)
-        out._buffers = [self._pick_filled(kv, P, indices) for kv, P in zip(self._buffers, self._filled)]
-        out._filled = list(self._filled)
-        return out
+            if cross:
+                memory_rows = indices[:: self.group] // self.group  # each group's memory row
+                self.cross_kv = [(k.index_select(0, memory_rows), v.index_select(0, memory_rows))
+                                 for k, v in self.cross_kv]
+                if self.memory_mask is not None:
+                    self.memory_mask = self.memory_mask.index_select(0, memory_rows)
+            for layer, P in enumerate(self._filled):  # the old layer is freed before the next
+                self._buffers[layer] = self._pick_filled(self._buffers[layer], P, indices)
+            return self
 
     @staticmethod
     def _pick_filled(kv: KV, P: int, indices: Tensor) -> KV:
-        """Rows ``indices`` of the first P positions into fresh buffers of the same capacity:
-        the free positions after P are never read, so they are not copied."""
+        """Rows ``indices`` of the first P positions into fresh buffers: the free positions
+        after P are never read, so they are not copied. The fresh buffers have room for
+        ``P // 4 + 1`` more positions, not the old capacity: beam search reorders (and so
+        reallocates) at every step, so a doubled capacity would only cost memory."""
         out = []
         for buf in kv:
-            new = buf.new_empty((indices.shape[0], *buf.shape[1:]))
+            B, H, _, d = buf.shape
+            new = buf.new_empty((indices.shape[0], H, P + P // 4 + 1, d))
             torch.index_select(buf[:, :, :P], 0, indices, out=new[:, :, :P])
             out.append(new)
         return out[0], out[1]
