@@ -272,3 +272,23 @@ def test_train_offers_the_subcommands_the_module_implements():
     implemented = {name for name in LightningCLI.subcommands()
                    if getattr(Seq2SeqModule, step[name]) is not getattr(L.LightningModule, step[name])}
     assert set(Seq2SeqCLI.subcommands()) == implemented == {"fit", "validate"}
+
+
+# ---------------------------------------------------------------- README: Python API
+def test_readme_python_api_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The README's "Python API" block, executed verbatim (from a folder that sees the
+    repository's data/), prints every ``# =>`` line it promises, in order."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    expected = [line.removeprefix("# => ") for line in code.splitlines() if line.startswith("# => ")]
+    assert expected
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(tmp_path)  # what it writes (attention.png) lands here
+    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out.splitlines()
+    it = iter(printed)
+    assert all(line in it for line in expected), (expected, printed)  # a subsequence
+    assert (tmp_path / "attention.png").stat().st_size > 0
