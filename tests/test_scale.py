@@ -5,26 +5,33 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import pickle
+import shutil
+import socket
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import datasets
 import numpy as np
 import pytest
 import torch
 
-from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data import prepare
+from seq2seq.config import ConfigError, DataConfig, TokenizerConfig
+from seq2seq.data import prepare, sources
 from seq2seq.data.batch import pack
 from seq2seq.data.cache import cache_root
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.prepare import load_split
 from seq2seq.data.sampler import TokenBudgetSampler, length_order
 from seq2seq.data.sources import read_lines
+from seq2seq.data.stream import StreamingBatches
 from seq2seq.data.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +280,144 @@ def test_default_cache_is_not_in_the_working_directory(tmp_path, monkeypatch):
     Seq2SeqDataModule(dataclasses.replace(cfg, cache_dir=None)).prepare_data()
     assert not any(work.iterdir())
     assert (tmp_path / "user-cache" / "datasets").is_dir()
+
+
+# -- a streamed hub corpus (local JSON shards read by datasets in streaming mode) ---------------
+@pytest.fixture
+def streamed(tmp_path, monkeypatch) -> DataConfig:
+    """``format="hub", streaming=True`` over 4 local JSONL shards: ``load_dataset`` is the
+    real one, on the ``json`` builder, since the hub cannot be reached from the tests."""
+    n = 2400
+    pairs = list(zip(multi30k_lines("de", n), multi30k_lines("en", n), strict=True))
+    pairs[5] = ("", "an empty side is dropped")
+    for split, rows in (("train", pairs[:2200]), ("validation", pairs[2200:])):
+        for k in range(4):
+            with open(tmp_path / f"{split}-{k}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in rows[k::4])
+    real = datasets.load_dataset
+
+    def local_hub(name, config, split, cache_dir=None, streaming=False):
+        files = sorted(str(p) for p in tmp_path.glob(f"{split}-*.jsonl"))
+        return real("json", data_files={split: files}, split=split, streaming=streaming)
+
+    monkeypatch.setattr(sources.datasets, "load_dataset", local_hub)
+    return DataConfig(corpus=None, format="hub", hub_name="org/corpus", streaming=True,
+                      valid_split="validation", src_field="translation.de", tgt_field="translation.en",
+                      tokenizer=TokenizerConfig(vocab_size=400), shuffle_buffer=500, max_tokens=512,
+                      cache_dir=str(tmp_path / "cache"))
+
+
+def _ids(batches) -> list[tuple[int, ...]]:
+    return sorted(tuple(row[row != 0][:-1].tolist()) for b in batches for row in b.src)
+
+
+def test_streamed_epoch_covers_the_corpus_in_buffer_sized_buckets(streamed):
+    dm = Seq2SeqDataModule(streamed)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.train_dataset is None and len(dm.val_dataset) == 200  # validation is stored
+    stream = StreamingBatches(streamed, dm.tokenizers)
+    epoch = list(stream.epoch_batches(0))
+    reference = prepare.encode_pairs(
+        {"src": [s for s, _ in _train_pairs(streamed)], "tgt": [t for _, t in _train_pairs(streamed)]},
+        dm.tokenizers, streamed.max_len, streamed.max_len_ratio)
+    assert _ids(epoch) == sorted(map(tuple, reference["src_ids"]))  # each kept pair once
+    for b in epoch:
+        assert len(b) == 1 or b.src.numel() <= 512 and b.tgt_in.numel() <= 512
+        assert int(b.ids.max() - b.ids.min()) < streamed.shuffle_buffer  # one buffer at a time
+    parts = [list(stream.epoch_batches(0, part, 2)) for part in (0, 1)]
+    assert sorted(_ids(parts[0]) + _ids(parts[1])) == _ids(epoch)  # ranks: disjoint, complete
+    assert _ids(stream.epoch_batches(1)) == _ids(epoch) and [len(b) for b in epoch] != [
+        len(b) for b in stream.epoch_batches(1)]  # epoch 1: same pairs, other order
+
+
+def _train_pairs(cfg: DataConfig) -> list[tuple[str, str]]:
+    return [p for batch in sources.pair_batches(cfg, cfg.train_split) for p in zip(*batch, strict=True)]
+
+
+def test_streamed_resume_skips_exactly_the_consumed_batches(streamed):
+    dm = Seq2SeqDataModule(streamed)
+    dm.prepare_data()
+    dm.setup("fit")
+    n_epoch = sum(1 for _ in StreamingBatches(streamed, dm.tokenizers).epoch_batches(0))
+    whole = list(itertools.islice(StreamingBatches(streamed, dm.tokenizers), n_epoch + 5))
+    for start in (3, n_epoch - 2):  # within the epoch, and across into the next
+        resumed = itertools.islice(StreamingBatches(streamed, dm.tokenizers, start_batch=start), 7)
+        for a, b in zip(resumed, whole[start:], strict=False):
+            assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
+
+
+def test_streaming_needs_the_hub():
+    with pytest.raises(ConfigError, match="streaming needs corpus=None and format='hub'"):
+        DataConfig(streaming=True)
+
+
+# -- multi-node: 2 nodes x 1 process on 127.0.0.1, Lightning's own launch --------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_two_nodes(args: list[str], out: Path, timeout: int = 240) -> list[dict]:
+    """``seq2seq-train`` as node 0 and node 1 (one process each), as a launcher such as
+    SLURM would start it: MASTER_ADDR, MASTER_PORT, NODE_RANK, WORLD_SIZE."""
+    port = _free_port()
+    procs = []
+    for node in (0, 1):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(node),
+               "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        env.pop("LOCAL_RANK", None)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.cli.train", "fit", *args, "--trainer.num_nodes", "2",
+             "--trainer.devices", "1", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        log = p.communicate(timeout=timeout)[0]
+        assert p.returncode == 0, log[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_nodes_read_disjoint_shards_agree_and_resume(tmp_path):
+    """Each rank trains on exactly its shard of the token-budget batches (disjoint), both
+    end with the same weights, and rank 0's checkpoint resumes on both nodes."""
+    src, tgt = write_corpus(tmp_path, 800)
+    cfg = text_config(str(src), str(tgt), tmp_path / "cache", tokenizer=TokenizerConfig(vocab_size=400),
+                      max_tokens=1024)
+    dm = Seq2SeqDataModule(cfg)  # prepared here, so the two nodes start on a warm cache
+    dm.prepare_data()
+    dm.setup("fit")
+    lengths = [prepare.column(dm.train_dataset, c) + 1 for c in ("src_len", "tgt_len")]
+    shards = [[b.tolist() for b in TokenBudgetSampler(*lengths, 1024, seed=cfg.seed, num_replicas=2, rank=r).batches(0)]
+              for r in (0, 1)]
+
+    recorder = tmp_path / "recorder.yaml"
+    common = ["--config", str(ROOT / "configs" / "smoke.yaml"), "--config", str(recorder),
+              "--data.data.corpus", "null", "--data.data.train_src", str(src), "--data.data.train_tgt", str(tgt),
+              "--data.data.valid_src", str(DATA / "val.de.gz"), "--data.data.valid_tgt", str(DATA / "val.en.gz"),
+              "--data.data.cache_dir", str(tmp_path / "cache"), "--data.data.tokenizer.vocab_size", "400",
+              "--trainer.num_sanity_val_steps", "0", "--trainer.limit_val_batches", "1",
+              "--model.val_bleu_max_sentences", "4", "--trainer.default_root_dir", str(tmp_path / "run")]
+    def run(name: str, steps: int, *extra: str) -> list[dict]:
+        recorder.write_text(f"trainer:\n  callbacks:\n    - class_path: rank_recorder.RankRecorder\n"
+                            f"      init_args:\n        out: {tmp_path / name}\n")
+        return _run_two_nodes([*common, "--trainer.max_steps", str(steps),
+                               "--trainer.val_check_interval", str(steps), *extra], tmp_path / name)
+
+    first = run("first", 4)
+    checkpoint = tmp_path / "step4.ckpt"  # written by rank 0 (the run goes on writing last.ckpt)
+    shutil.copy(tmp_path / "run/checkpoints/last.ckpt", checkpoint)
+    resumed = run("resumed", 6, "--ckpt_path", str(checkpoint))
+    for rank, (a, b) in enumerate(zip(first, resumed, strict=True)):
+        assert a["world_size"] == 2 and a["node_rank"] == rank
+        assert a["ids"] == shards[rank][:4] and b["ids"] == shards[rank][4:6]  # its shard, in order
+    assert not {i for b in first[0]["ids"] for i in b} & {i for b in first[1]["ids"] for i in b}
+    assert first[0]["end"] == first[1]["end"] and first[0]["end"]["step"] == 4
+    saved = torch.load(checkpoint, weights_only=True)["state_dict"]
+    from rank_recorder import weights_digest
+
+    in_file = weights_digest({k.removeprefix("model."): v for k, v in saved.items()})
+    assert resumed[0]["start"] == resumed[1]["start"] == {"step": 4, "weights": in_file}
+    assert resumed[0]["end"] == resumed[1]["end"] and resumed[0]["end"]["step"] == 6
