@@ -3,8 +3,8 @@
 Shapes: ``B`` sentences, ``N`` of them still active, ``K = beam_size`` beams each, ``T``
 steps, ``V`` target vocabulary. The only Python loop is over time steps.
 
-Each step scores all ``K x V`` extensions ``(N, K, V)`` and takes the top ``2K`` of the
-flattened ``(N, K*V)``: EOS candidates ranked within the top K finish (they enter the pool,
+Each step ranks all ``K x V`` extensions of a sentence and takes their top ``2K`` (via each
+beam's top 2K: :func:`_candidates`): EOS candidates ranked within the top K finish (they enter the pool,
 normalized by the length penalty), and the best K non-EOS candidates (there always are K,
 as each beam has one EOS) become the next beams. Step 0 expands only beam 0 (the others
 start at -inf) so the K beams are K different tokens. A sentence is done when its n-th
@@ -116,12 +116,17 @@ class _Candidates:
 
 
 def _candidates(beams: _Beams, lprobs: Tensor, t: int) -> _Candidates:
-    """Extend every beam by every token (``lprobs (N*K, V)``, overwritten) and keep the top 2K."""
+    """Extend every beam by every token (``lprobs (N*K, V)``) and keep the top 2K.
+
+    The top 2K of a sentence's ``K x V`` extensions are among the top 2K of each beam's row
+    (a beam adds one score to its whole row, which keeps the row's order), so only
+    ``(N, K, 2K)`` scores are formed: no pass over all ``K x V`` to add the beam scores."""
     N, K = beams.scores.shape
-    V = lprobs.shape[-1]
-    total = lprobs.view(N, K, V).add_(beams.scores[..., None]).view(N, K * V)  # in place
-    scores, idx = total.topk(min(2 * K, K * V), dim=1)  # sorted
-    origin, tok = idx // V, idx % V
+    C = min(2 * K, lprobs.shape[-1])
+    row_top, row_tok = lprobs.topk(C, dim=1)  # (N*K, C) each
+    total = (row_top.view(N, K, C) + beams.scores[..., None]).view(N, K * C)
+    scores, idx = total.topk(min(2 * K, K * C), dim=1)  # sorted
+    origin, tok = idx // C, row_tok.view(N, K * C).gather(1, idx)
     tokens = beams.tokens.gather(1, origin[..., None].expand(-1, -1, beams.tokens.shape[2]))
     tokens[:, :, t] = tok
     return _Candidates(scores, origin, tok, tokens)
