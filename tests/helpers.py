@@ -29,3 +29,24 @@ def save_tiny_checkpoint(path: Path, tokenizers, seed: int = 0, pair: tuple[str,
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(path, tiny_random_model(tokenizers.src.vocab_size, seed), tokenizers, *pair)
     return path
+
+
+def multi30k_lines(lang: str, n: int, split: str = "train") -> list[str]:
+    """The first ``n`` lines of a shipped Multi30k file, without their newlines."""
+    import gzip
+    import itertools
+
+    path = Path(__file__).resolve().parents[1] / "data" / "multi30k" / f"{split}.{lang}.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+def tiny_tokenizers(vocab: int = 100, langs: tuple[str, ...] = ("de", "en"), n: int = 200):
+    """One joint SentencePiece model (as a ``TokenizerPair``) of ``vocab`` pieces, trained on
+    the first ``n`` Multi30k training lines of each of ``langs``."""
+    from seq2seq.config import TokenizerConfig
+    from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+
+    texts = [line for lang in langs for line in multi30k_lines(lang, n)]
+    tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=vocab, num_threads=1))
+    return TokenizerPair(tok, tok)

@@ -88,7 +88,7 @@ def inputs(args: argparse.Namespace) -> list[Path]:
     if not n:
         folders = [p for p in paths if p.is_dir()]
         if folders:
-            raise ValueError(f"{folders[0]} is a folder: give checkpoint files, or the folder "
+            raise ValueError(f"{folders[0]} is a directory: give checkpoint files, or the folder "
                              "with --last N or --best N")
         return paths
     if len(paths) != 1 or not paths[0].is_dir():

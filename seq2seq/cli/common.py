@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 
 def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     """Call ``run(args)``; bad input (``ValueError``, ``OSError``, hence ``CheckpointError``)
-    becomes ``PROG: error: ...`` on one line and exit status 2."""
+    becomes ``PROG: error: ...`` on one line and exit status 2. Library warnings (e.g.
+    truncated sources) print as one ``PROG: warning: ...`` line each."""
+    shown = warnings.showwarning
+    warnings.showwarning = lambda message, *_, **__: print(
+        f"{prog}: warning: {' '.join(str(message).split())}", file=sys.stderr)
     try:
         run(args)
     except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
@@ -21,6 +26,8 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
         msg = " ".join(str(e).split())  # one line, whatever the exception text
         print(f"{prog}: error: {msg}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        warnings.showwarning = shown
 
 
 # ``-c`` is the config file in ``seq2seq-train`` (LightningCLI's, as in fairseq and JoeyNMT);

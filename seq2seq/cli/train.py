@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
+from seq2seq.cli.train_checks import REFUSALS, check_ckpt_path, fail, prepare_fit
 from seq2seq.cli.train_help import HelpFormatter, annotate, description
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.training.callbacks import (
@@ -57,10 +58,27 @@ class Seq2SeqCLI(LightningCLI):
                 "checkpoint.save_top_k": 3,
                 "checkpoint.filename": "step{step:06d}-bleu{val_bleu:.2f}",
                 "checkpoint.auto_insert_metric_name": False,
+                # a resumed run that saves a step again replaces that (identical) snapshot
+                # rather than adding step...-v1.ckpt, which averaging would count twice
+                "checkpoint.enable_version_counter": False,
             }
         )
         parser.add_lightning_class_args(TrainingCurves, "curves")
         annotate(parser)
+
+    def init_parser(self, **kwargs):
+        parser = super().init_parser(**kwargs)
+        parser.exit_on_error = False  # main() prints parse errors on one line
+        return parser
+
+    def _parse_ckpt_path(self) -> None:
+        # Lightning loads --ckpt_path here to read hyper-parameters: verify it first
+        if self.config.get("subcommand"):
+            check_ckpt_path(self.config[self.config.subcommand].get("ckpt_path"))
+        super()._parse_ckpt_path()
+
+    def before_fit(self) -> None:
+        prepare_fit(self.model, self.datamodule, self.trainer)
 
     def before_instantiate_classes(self) -> None:
         # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed
@@ -75,6 +93,8 @@ class Seq2SeqCLI(LightningCLI):
         trainer = super().instantiate_trainer(**{**quiet_defaults(config), **kwargs})
         # atomic writes + weights_only reads for every checkpoint the Trainer touches
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if trainer.logger is None:  # --trainer.logger false: the lr monitor would refuse to run
+            trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
         return trainer
 
 
@@ -141,11 +161,15 @@ def main(args: list[str] | None = None) -> None:
     # batches), which Lightning cannot see from the DataLoader type.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
     quiet_lightning()
-    build_cli(args)
-    # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
-    # "terminate called without an active exception".
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    try:
+        build_cli(args)
+    except REFUSALS as e:  # bad options, files or checkpoints: one line, exit status 2
+        fail(e)
+    finally:
+        # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
+        # "terminate called without an active exception".
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -38,23 +38,27 @@ class Tokenizer:
         """
         spm.set_random_generator_seed(cfg.seed)
         writer = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts),
-            model_writer=writer,
-            model_type=cfg.model_type,
-            vocab_size=cfg.vocab_size,
-            character_coverage=cfg.character_coverage,
-            input_sentence_size=cfg.input_sentence_size,
-            shuffle_input_sentence=True,
-            normalization_rule_name=cfg.normalization,
-            byte_fallback=cfg.byte_fallback,
-            num_threads=cfg.num_threads,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            minloglevel=2,  # errors only: the trainer is very chatty
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=writer,
+                model_type=cfg.model_type,
+                vocab_size=cfg.vocab_size,
+                character_coverage=cfg.character_coverage,
+                input_sentence_size=cfg.input_sentence_size,
+                shuffle_input_sentence=True,
+                normalization_rule_name=cfg.normalization,
+                byte_fallback=cfg.byte_fallback,
+                num_threads=cfg.num_threads,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                minloglevel=2,  # errors only: the trainer is very chatty
+            )
+        except RuntimeError as e:  # e.g. a vocab_size too small or too large for the text
+            reason = str(e).split("] ", 1)[-1].strip()
+            raise ValueError(f"tokenizer training failed (vocab_size={cfg.vocab_size}): {reason}") from None
         return cls(writer.getvalue())
 
     def to_bytes(self) -> bytes:

@@ -14,7 +14,6 @@ Used by the CLI, evaluation and validation during training. Policies:
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -29,9 +28,6 @@ from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.rules import truncate_source
 from seq2seq.decoding.search import search
 from seq2seq.model import Attentions, Seq2Seq
-
-log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -124,7 +120,6 @@ class Translator:
         if cut:
             msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
             warnings.warn(msg, stacklevel=3)
-            log.warning(msg)
         return ids
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:

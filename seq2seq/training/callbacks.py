@@ -12,7 +12,12 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from seq2seq.checkpoint import load_checkpoint, save_atomic
+from seq2seq.checkpoint import (
+    CheckpointError,
+    is_training_checkpoint,
+    load_checkpoint,
+    save_atomic,
+)
 
 
 def batch_sentences(batch) -> int:
@@ -32,7 +37,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         save_atomic(checkpoint, path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
-        return load_checkpoint(path)
+        return load_training_checkpoint(path)
+
+
+def load_training_checkpoint(path) -> dict[str, Any]:
+    """A verified checkpoint with Lightning's training state (what ``--ckpt_path`` resumes);
+    an inference-only one (averaged, converted, ``save_model``) is refused, pointing to the
+    option that starts from its weights instead."""
+    ckpt = load_checkpoint(path)
+    if not is_training_checkpoint(ckpt):
+        raise CheckpointError(
+            f"--ckpt_path {path}: an inference-only checkpoint (no optimizer or loop state: "
+            "averaged, converted or saved for translation) cannot be resumed; to train on from "
+            f"its weights (fresh optimizer, its tokenizers) use --model.init_from {path}")
+    return ckpt
 
 
 class TrainingCurves(L.Callback):
