@@ -25,7 +25,7 @@ import torch
 
 from seq2seq.config import ConfigError, DataConfig, TokenizerConfig
 from seq2seq.data import prepare, sources
-from seq2seq.data.batch import pack
+from seq2seq.data.batch import Ragged, collate, pack
 from seq2seq.data.cache import cache_root
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.prepare import load_split
@@ -133,6 +133,24 @@ def test_length_order_equals_lexsort(size_high, n):
     noise = rng.permutation(n)
     assert np.array_equal(length_order(sizes, tiebreak, noise), np.lexsort((noise, tiebreak, sizes)))
     assert np.array_equal(length_order(sizes, tiebreak), np.lexsort((tiebreak, sizes)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_collate_of_arrow_columns_equals_collate_of_rows(seed):
+    """The loader's vectorized path (flat values + lengths, as Arrow holds them) builds the
+    same tensors as collating row by row, empty sequences included."""
+    rng = np.random.default_rng(seed)
+    rows = [{side: rng.integers(4, 60_000, rng.integers(0, 15)).tolist() for side in ("src_ids", "tgt_ids")} | {"id": i}
+            for i in range(int(rng.integers(1, 40)))]
+
+    def ragged(side: str) -> Ragged:
+        return Ragged(np.array([v for r in rows for v in r[side]], dtype=np.uint16),
+                      np.array([len(r[side]) for r in rows], dtype=np.int32))
+
+    columns = {"src_ids": ragged("src_ids"), "tgt_ids": ragged("tgt_ids"), "id": np.arange(len(rows))}
+    a, b = collate(rows, 0, 2, 3), collate(columns, 0, 2, 3)
+    for name in ("src", "tgt_in", "tgt_out", "ids"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
 def test_sampler_state_is_compact_numpy():

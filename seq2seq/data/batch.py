@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,19 +105,35 @@ def token_batches(sizes: Sequence[int], max_tokens: int) -> list[np.ndarray]:
     return batches[::-1]
 
 
+@dataclass(frozen=True)
+class Ragged:
+    """Sequences as one flat array of values and their lengths (an Arrow list column)."""
+
+    values: np.ndarray  # (sum of lengths,)
+    lengths: np.ndarray  # (B,)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
 def _pad(
-    seqs: Sequence[Sequence[int]], pad_id: int, prefix: int | None, suffix: int | None
+    seqs: Sequence[Sequence[int]] | Ragged, pad_id: int, prefix: int | None, suffix: int | None
 ) -> Tensor:
-    """(B, max len + specials) long tensor, right-padded."""
-    extra = (prefix is not None) + (suffix is not None)
-    out = np.full((len(seqs), max(len(s) for s in seqs) + extra), pad_id, dtype=np.int64)
-    for row, seq in zip(out, seqs, strict=True):
-        start = 0
-        if prefix is not None:
-            row[0], start = prefix, 1
-        row[start : start + len(seq)] = seq
-        if suffix is not None:
-            row[start + len(seq)] = suffix
+    """(B, max len + specials) long tensor, right-padded; ragged input is placed in one
+    vectorized assignment instead of row by row."""
+    if not isinstance(seqs, Ragged):
+        lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
+        seqs = Ragged(np.fromiter(itertools.chain.from_iterable(seqs), np.int64, int(lengths.sum())), lengths)
+    lengths = seqs.lengths.astype(np.int64)
+    start, extra = int(prefix is not None), (prefix is not None) + (suffix is not None)
+    out = np.full((len(lengths), int(lengths.max(initial=0)) + extra), pad_id, dtype=np.int64)
+    if prefix is not None:
+        out[:, 0] = prefix
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)  # where each value's row begins
+    out[rows, np.arange(len(rows)) - first + start] = seqs.values
+    if suffix is not None:
+        out[np.arange(len(lengths)), lengths + start] = suffix
     return torch.from_numpy(out)
 
 
@@ -137,15 +154,22 @@ def collate_src(src_ids: Sequence[Sequence[int]], pad_id: int, eos_id: int) -> T
 
 
 def collate(
-    examples: Sequence[Mapping[str, Any]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    examples: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> Batch:
-    """Examples with ``src_ids``/``tgt_ids`` (and optionally ``id``) -> ``Batch``.
+    """Examples with ``src_ids``/``tgt_ids`` (and optionally ``id``) -> ``Batch``; or the
+    same as columns: ``{"src_ids": Ragged, "tgt_ids": Ragged, "id": (B,) array}``.
 
     The only place bos/eos are added.
     """
-    src = [ex["src_ids"] for ex in examples]
-    tgt = [ex["tgt_ids"] for ex in examples]
-    ids = torch.tensor([ex.get("id", -1) for ex in examples], dtype=torch.long)
+    if isinstance(examples, Mapping):
+        src, tgt, ids = examples["src_ids"], examples["tgt_ids"], torch.as_tensor(examples["id"], dtype=torch.long)
+    else:
+        src = [ex["src_ids"] for ex in examples]
+        tgt = [ex["tgt_ids"] for ex in examples]
+        ids = torch.tensor([ex.get("id", -1) for ex in examples], dtype=torch.long)
     batch = Batch(
         src=collate_src(src, pad_id, eos_id),
         tgt_in=collate_tgt_in(tgt, pad_id, bos_id),

@@ -2,6 +2,7 @@
 
 Cache layout under :func:`cache_root` (safe to delete; entries are written atomically)::
 
+    file-hashes/<key>                        sha256 of a data file, key = (path, size, mtime)
     pairs/<key>/pairs.arrow                  key = sha256(split content, how it is read)
     tokenizers/<key>/{joint|src|tgt}.model   key = sha256(training data content, tokenizer settings)
     datasets/<key>/tokens*.arrow             key = sha256(split content, tokenizer sha256s, filters)
@@ -30,7 +31,7 @@ from seq2seq.data.sources import load_hub, side_files
 log = logging.getLogger(__name__)
 
 # Bump when a change here alters what the cache holds, so stale entries are not reused.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def cache_root(cfg: DataConfig) -> Path:
@@ -58,13 +59,24 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Content hash of a file (memoized per size/mtime within the process)."""
+def file_sha256(path: str | os.PathLike[str], memo: Path | None = None) -> str:
+    """Content hash of a file, memoized per (path, size, mtime) within the process and,
+    with ``memo``, in that folder across runs: a warm start does not re-read GBs of text."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
     st = path.stat()
-    return _file_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    entry = memo / digest(key)[:32] if memo is not None else None
+    if entry is not None and entry.is_file():
+        return entry.read_text()
+    sha = _file_sha256(*key)
+    if entry is not None:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
+        tmp.write_text(sha)
+        os.replace(tmp, entry)
+    return sha
 
 
 def split_fingerprint(cfg: DataConfig, split: str) -> str:
@@ -72,7 +84,8 @@ def split_fingerprint(cfg: DataConfig, split: str) -> str:
     src, tgt = side_files(cfg, split)
     spec: dict[str, Any] = {"format": cfg.format, "fields": [cfg.src_field, cfg.tgt_field]}
     if src:
-        spec["files"] = [[file_sha256(p) for p in src], [file_sha256(p) for p in tgt]]
+        memo = cache_root(cfg) / "file-hashes"
+        spec["files"] = [[file_sha256(p, memo) for p in side] for side in (src, tgt)]
     elif cfg.streaming:  # a stream has no fingerprint short of reading it: its name stands in
         spec["hub"] = [cfg.hub_name, cfg.hub_config, split, "streaming"]
     else:  # the hub dataset's own fingerprint covers its content and version

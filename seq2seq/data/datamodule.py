@@ -8,36 +8,43 @@ from typing import Any
 
 import datasets
 import lightning.pytorch as pl
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
-from seq2seq.data.batch import collate
+from seq2seq.data.batch import Ragged, collate
 from seq2seq.data.prepare import column, load_or_train_tokenizers, tokenized_split
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.tokenizer import TokenizerPair
 
 
 class IndexedPairs(torch.utils.data.Dataset):
-    """The token ids of a memory-mapped split for the DataLoader, each row with its index
-    as ``id``. Only Arrow file references are held (and pickled to spawned workers), so
-    workers read the shared page cache and copy nothing."""
+    """The token ids of a memory-mapped split for the DataLoader, as Arrow columns: a batch
+    of rows is one gather, handed to ``collate`` as flat arrays (``Ragged``) with the row
+    indices as ``id``. Only Arrow file references are held (and pickled to spawned
+    workers), so workers read the shared page cache and copy nothing."""
 
     def __init__(self, ds: datasets.Dataset) -> None:
-        self.ds = ds.select_columns(["src_ids", "tgt_ids"])
+        self.ds = ds.select_columns(["src_ids", "tgt_ids"]).with_format("arrow")
 
     def __len__(self) -> int:
         return len(self.ds)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        rows = self.ds[list(indices)]
-        return [
-            {"src_ids": s, "tgt_ids": t, "id": i}
-            for s, t, i in zip(rows["src_ids"], rows["tgt_ids"], indices, strict=True)
-        ]
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        rows = self.ds[list(indices)]  # pa.Table
+        return {"src_ids": _ragged(rows["src_ids"]), "tgt_ids": _ragged(rows["tgt_ids"]),
+                "id": np.asarray(indices, dtype=np.int64)}
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self.__getitems__([index])[0]
+        return self.__getitems__([index])  # a batch of one
+
+
+def _ragged(column: pa.ChunkedArray) -> Ragged:
+    lists = column.combine_chunks()
+    return Ragged(lists.flatten().to_numpy(), pc.list_value_length(lists).to_numpy())
 
 
 class Seq2SeqDataModule(pl.LightningDataModule):

@@ -4,7 +4,7 @@ split) and the tokenized, length-filtered splits.
 
     sources --load_split--> Dataset{src, tgt}
             --load_or_train_tokenizers--> TokenizerPair
-            --tokenized_split--> Dataset{src, tgt, src_ids, tgt_ids, src_len, tgt_len}
+            --tokenized_split--> Dataset{src_ids, tgt_ids, src_len, tgt_len} (+ src, tgt: validation)
 
 ``src_ids``/``tgt_ids`` hold no special tokens (``seq2seq.data.batch.collate`` adds them);
 lengths used for filtering count that one added token per side. Memory stays bounded by a
@@ -32,16 +32,17 @@ from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 
 log = logging.getLogger(__name__)
 
-_TOKENIZED_FEATURES = datasets.Features(
-    {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
-        "src_ids": datasets.Sequence(datasets.Value("int32")),
-        "tgt_ids": datasets.Sequence(datasets.Value("int32")),
-        "src_len": datasets.Value("int32"),
-        "tgt_len": datasets.Value("int32"),
-    }
-)
+def tokenized_features(tokenizers: TokenizerPair, max_len: int | None, with_text: bool) -> datasets.Features:
+    """Token ids as uint16 when the vocabulary allows (half the disk and the memory-mapped
+    pages of int32), lengths as uint16 below 65,536; the text only where it is asked for."""
+    def smallest(limit: int | None) -> str:
+        return "uint16" if limit is not None and limit <= 1 << 16 else "int32"
+
+    vocab = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    ids = datasets.Sequence(datasets.Value(smallest(vocab)))
+    length = datasets.Value(smallest(max_len + 1 if max_len else None))  # room for the +1 of the special
+    text = {"src": datasets.Value("string"), "tgt": datasets.Value("string")} if with_text else {}
+    return datasets.Features({**text, "src_ids": ids, "tgt_ids": ids, "src_len": length, "tgt_len": length})
 
 
 def load_arrow(path: Path, pattern: str) -> datasets.Dataset:
@@ -169,6 +170,7 @@ def encode_pairs(
     tokenizers: TokenizerPair,
     max_len: int | None = None,
     max_len_ratio: float | None = None,
+    with_text: bool = True,
 ) -> dict[str, list]:
     """Token ids and lengths of a batch of pairs; with ``max_len``, only the pairs kept by
     :func:`length_mask` (in order), so filtering costs no second pass."""
@@ -176,7 +178,8 @@ def encode_pairs(
     tgt_ids = tokenizers.tgt.encode(batch["tgt"])
     src_len = np.fromiter(map(len, src_ids), np.int32, len(src_ids))
     tgt_len = np.fromiter(map(len, tgt_ids), np.int32, len(tgt_ids))
-    out = {"src": batch["src"], "tgt": batch["tgt"], "src_ids": src_ids, "tgt_ids": tgt_ids}
+    out = {"src": batch["src"], "tgt": batch["tgt"]} if with_text else {}
+    out |= {"src_ids": src_ids, "tgt_ids": tgt_ids}
     if max_len is not None:
         keep = length_mask(src_len, tgt_len, max_len, max_len_ratio)
         if not keep.all():
@@ -193,21 +196,24 @@ def tokenize_pairs(
     cache_file: Path | None = None,
     max_len: int | None = None,
     max_len_ratio: float | None = None,
+    with_text: bool = True,
 ) -> datasets.Dataset:
-    """Add ``src_ids``/``tgt_ids`` (int32, no specials) and ``src_len``/``tgt_len``, written
-    to ``cache_file`` (one shard per worker) or kept in memory; length-filtered with ``max_len``."""
+    """Add ``src_ids``/``tgt_ids`` (no specials) and ``src_len``/``tgt_len``, written to
+    ``cache_file`` (one shard per worker) or kept in memory; length-filtered with
+    ``max_len``; ``with_text=False`` leaves the text out (training reads only ids)."""
     return ds.map(
         encode_pairs,
         batched=True,
         batch_size=10_000,
         num_proc=num_proc,
-        fn_kwargs={"tokenizers": tokenizers, "max_len": max_len, "max_len_ratio": max_len_ratio},
-        features=_TOKENIZED_FEATURES,
+        fn_kwargs={"tokenizers": tokenizers, "max_len": max_len, "max_len_ratio": max_len_ratio,
+                   "with_text": with_text},
+        features=tokenized_features(tokenizers, max_len, with_text),
         remove_columns=ds.column_names,  # rows may be dropped: every column is rewritten
         cache_file_name=str(cache_file) if cache_file else None,
         keep_in_memory=cache_file is None,
         new_fingerprint=digest([ds._fingerprint, tokenizers.src.fingerprint, tokenizers.tgt.fingerprint,
-                                max_len, max_len_ratio])[:16],  # datasets need not hash the tokenizer
+                                max_len, max_len_ratio, with_text])[:16],  # datasets need not hash the tokenizer
         desc="tokenize",
     )
 
@@ -220,7 +226,8 @@ def column(ds: datasets.Dataset, name: str) -> np.ndarray:
 def tokenized_split(
     cfg: DataConfig, split: str, tokenizers: TokenizerPair, *, train: bool
 ) -> datasets.Dataset:
-    """Dataset{src, tgt, src_ids, tgt_ids, src_len, tgt_len}, from cache when possible.
+    """Dataset{src_ids, tgt_ids, src_len, tgt_len}, plus the text ``src``/``tgt`` for
+    validation (``train=False``), from cache when possible.
 
     The ratio filter applies to training data only, so validation keeps every pair the
     model can take (``max_len``). Row order is the corpus order minus the dropped pairs.
@@ -239,7 +246,8 @@ def tokenized_split(
     if not (path / "meta.json").is_file():
         where, pairs = describe_split(cfg, split), load_split(cfg, split)
         with atomic_dir(path) as tmp:
-            ds = tokenize_pairs(pairs, tokenizers, cfg.num_proc, tmp / "tokens.arrow", cfg.max_len, ratio)
+            ds = tokenize_pairs(pairs, tokenizers, cfg.num_proc, tmp / "tokens.arrow", cfg.max_len, ratio,
+                                with_text=not train)
             _report_length_filter(where, len(pairs), len(ds), cfg.max_len, ratio)
             (tmp / "meta.json").write_text(json.dumps({"split": where, "pairs": len(ds)}))
         log.info("%s: %d pairs tokenized -> %s", where, len(ds), path)

@@ -65,7 +65,7 @@ class StreamingBatches(torch.utils.data.IterableDataset):
     def epoch_batches(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Batch]:
         cfg, n_before = self.cfg, 0
         for chunk, (src, tgt) in enumerate(sources.hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
-            enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio)
+            enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio, False)
             src_len, tgt_len = enc["src_len"] + 1, enc["tgt_len"] + 1  # + the added special token
             sizes = np.maximum(src_len, tgt_len)
             if len(sizes) == 0:
