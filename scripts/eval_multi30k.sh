@@ -10,7 +10,7 @@ run=${1:?usage: eval_multi30k.sh RUN_DIR OUT_DIR [SNAPSHOT_DIR]}
 out=${2:?usage: eval_multi30k.sh RUN_DIR OUT_DIR [SNAPSHOT_DIR]}
 snaps=${3:-$run/lightning_logs/version_0/checkpoints}
 mkdir -p "$out"
-seq2seq-average -o "$run/avg_last10.ckpt" --last 10 "$snaps"
+seq2seq-average -o "$run/avg_last10.ckpt" --force --last 10 "$snaps"  # replaces an earlier run of this script
 last=$(ls "$snaps"/step*.ckpt | sort | tail -n 1)
 cp "$last" "$run/last_snapshot.ckpt"
 for split in test_2016_flickr test_2017_flickr test_2017_mscoco; do

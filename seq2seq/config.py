@@ -188,13 +188,15 @@ class DecodingConfig:
             )
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"DecodingConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_p < 1e-6:  # rounds to 0 in float32: the nucleus would lose its first token
+            raise ConfigError(f"DecodingConfig.top_p must be >= 1e-06, got {self.top_p}")
         for name in ("top_k", "min_len", "max_len_a"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"DecodingConfig.{name} must be >= 0, got {getattr(self, name)}")
         # Beyond these the search runs out of memory or float range, never to a better output.
         for name, low, high in (("beam_size", 1, MAX_BEAM), ("nbest", 1, MAX_BEAM),
                                 ("alpha", -10.0, 10.0), ("patience", 0.0, 100.0),
-                                ("temperature", 1e-6, float("inf"))):
+                                ("temperature", 1e-6, 1e6)):
             if not low <= getattr(self, name) <= high:
                 raise ConfigError(f"DecodingConfig.{name} must be in [{low}, {high}], "
                                   f"got {getattr(self, name)}")

@@ -274,7 +274,8 @@ NUMERIC = [  # (flags, words the error must hold); [] = accepted
     (["--max-len-a", "1e30"], []),
     (["--max-len-b", "1000000"], []),
     (["--min-len", "1000000"], []),
-    (["--sample", "--temperature", "1e30", "--seed", "1"], []),
+    (["--sample", "--temperature", "1e30", "--seed", "1"], ["--temperature"]),
+    (["--sample", "--temperature", "1000", "--seed", "1"], []),
     (["--sample", "--topk", "100000", "--seed", "1"], []),
     (["--max-tokens", "99999999"], []),
 ]

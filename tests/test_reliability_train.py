@@ -1,0 +1,216 @@
+"""Hostile input to ``seq2seq-train`` (issue 14): every refusal before the first step is one
+line on stderr with exit status 2; ``--ckpt_path`` and ``--model.init_from`` checkpoints are
+verified; and kill -9 at random moments never leaves an unreadable checkpoint or a stray
+file, and resuming gives the weights of the uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import multi30k_lines
+
+from seq2seq.checkpoint import average, load_checkpoint, model_state
+from seq2seq.cli.average import select
+from seq2seq.cli.train import main as train_main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    """600 training and 40 validation pairs of Multi30k de-en as text, plus bad files."""
+    d = tmp_path_factory.mktemp("train_corpus")
+    files = {}
+    for split, n in (("train", 600), ("val", 40)):
+        for lang in ("de", "en"):
+            files[f"{split}_{lang}"] = d / f"{split}.{lang}"
+            files[f"{split}_{lang}"].write_text("\n".join(multi30k_lines(lang, n, split)) + "\n",
+                                                encoding="utf-8")
+    files["bad_utf8"] = d / "bad.de"
+    files["bad_utf8"].write_bytes(files["train_de"].read_bytes()[:-30] + b"\xff\xfe kaputt\n")
+    for side in ("de", "en"):
+        files[f"empty_{side}"] = d / f"empty.{side}"
+        files[f"empty_{side}"].write_text("\n\n", encoding="utf-8")
+    files["cache"] = d / "cache"
+    return files
+
+
+def args(c: dict[str, Path], root: Path, steps: int = 2, *extra: str) -> list[str]:
+    """A tiny run on ``c``: no validation, a snapshot every 2 steps, checkpoints in root."""
+    return [
+        "fit", "--config", SMOKE, "--data.data.corpus", "null",
+        "--data.data.train_src", str(c["train_de"]), "--data.data.train_tgt", str(c["train_en"]),
+        "--data.data.valid_src", str(c["val_de"]), "--data.data.valid_tgt", str(c["val_en"]),
+        "--data.data.cache_dir", str(c["cache"]), "--data.data.tokenizer.vocab_size", "300",
+        "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "0",
+        "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(root),
+        "--checkpoint.monitor", "null", "--checkpoint.save_top_k", "-1",
+        "--checkpoint.filename", "step{step:06d}", "--checkpoint.every_n_train_steps", "2",
+        *extra,
+    ]
+
+
+def train(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["seq2seq-train"])  # LightningCLI also looks at sys.argv
+    code = 0
+    try:
+        train_main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory) -> dict[str, Path]:
+    """A 2-step training checkpoint, its average (inference-only) and a foreign Lightning one."""
+    root = tmp_path_factory.mktemp("trained")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sys, "argv", ["seq2seq-train"])
+    train_main(args(corpus, root))
+    mp.undo()
+    last = root / "checkpoints" / "last.ckpt"
+    average([last], root / "avg.ckpt")
+    foreign = load_checkpoint(last)
+    del foreign["seq2seq"]  # another project's Lightning checkpoint
+    torch.save(foreign, root / "foreign.ckpt")
+    (root / "truncated.ckpt").write_bytes(last.read_bytes()[:5000])
+    return {"last": last, "avg": root / "avg.ckpt", "foreign": root / "foreign.ckpt",
+            "truncated": root / "truncated.ckpt", "root": root}
+
+
+REFUSED = [  # (id, extra options (or a function of the fixtures), words the error must hold)
+    ("lr 0", ["--model.optim.lr", "0"], ["--model.optim.lr", "> 0"]),
+    ("lr < 0", ["--model.optim.lr=-1"], ["--model.optim.lr"]),
+    ("lr nan", ["--model.optim.lr", "nan"], ["--model.optim.lr"]),
+    ("warmup < 0", ["--model.optim.warmup_steps=-5"], ["--model.optim.warmup_steps"]),
+    ("betas > 1", ["--model.optim.betas", "[0.9, 1.5]"], ["--model.optim.betas"]),
+    ("label smoothing 1", ["--model.optim.label_smoothing", "1"], ["label_smoothing"]),
+    ("dropout > 1", ["--model.arch.dropout", "1.5"], ["--model.arch.dropout"]),
+    ("n_heads does not divide d_model", ["--model.arch.n_heads", "3"], ["--model.arch.n_heads", "divide"]),
+    ("max_positions 1", ["--model.arch.max_positions", "1"], ["max_positions"]),
+    ("max_tokens 0", ["--data.data.max_tokens", "0"], ["--data.data.max_tokens"]),
+    ("vocab too small", ["--data.data.tokenizer.vocab_size", "5"], ["vocab_size=5"]),
+    ("unknown option", ["--model.arch.d_modle", "64"], ["d_modle"]),
+    ("not a number", ["--trainer.max_steps", "abc"], ["--trainer.max_steps"]),
+    ("no gpu", ["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else None, ["gpu"]),
+    ("missing data file", lambda c, t: ["--data.data.train_src", str(c["train_de"]) + ".missing"], ["not found"]),
+    ("data file is a directory", lambda c, t: ["--data.data.train_src", str(c["cache"].parent)], []),
+    ("undecodable data", lambda c, t: ["--data.data.train_src", str(c["bad_utf8"])], ["invalid UTF-8"]),
+    ("all-empty data", lambda c, t: ["--data.data.train_src", str(c["empty_de"]), "--data.data.train_tgt",
+                                     str(c["empty_en"])], ["no sentence pairs"]),
+    ("ckpt_path missing", lambda c, t: ["--ckpt_path", str(t["root"] / "nope.ckpt")], ["no such file"]),
+    ("ckpt_path a directory", lambda c, t: ["--ckpt_path", str(t["root"])], ["is a directory"]),
+    ("ckpt_path truncated", lambda c, t: ["--ckpt_path", str(t["truncated"])], ["truncated"]),
+    ("ckpt_path averaged", lambda c, t: ["--ckpt_path", str(t["avg"])],
+     ["inference-only", "avg.ckpt: an", "--model.init_from "]),
+    ("ckpt_path foreign lightning", lambda c, t: ["--ckpt_path", str(t["foreign"])], ["another model"]),
+    ("ckpt_path other architecture", lambda c, t: ["--ckpt_path", str(t["last"]), "--model.arch.d_ff", "48"],
+     ["d_ff"]),
+    ("ckpt_path other tokenizer", lambda c, t: ["--ckpt_path", str(t["last"]),
+                                                "--data.data.tokenizer.normalization", "identity"],
+     ["other tokenizers", "--model.init_from"]),
+    ("ckpt_path other language pair", lambda c, t: ["--ckpt_path", str(t["last"]), "--data.data.src_lang",
+                                                    "fr"], ["de->en"]),
+    ("init_from damaged", lambda c, t: ["--model.init_from", str(t["truncated"])], ["truncated"]),
+    ("init_from other language pair", lambda c, t: ["--model.init_from", str(t["avg"]),
+                                                    "--data.data.tgt_lang", "fr"], ["de->en"]),
+]
+
+
+@pytest.mark.parametrize("extra, words", [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_train_refusals_are_one_line(extra, words, corpus, trained, tmp_path, capsys, monkeypatch):
+    if extra is None:
+        pytest.skip("this machine has the device")
+    extra = extra(corpus, trained) if callable(extra) else extra
+    before = {p: p.read_bytes() for p in trained["root"].glob("*.ckpt")}
+    code, err = train(args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
+    # one error line, last (data preparation may have drawn its progress bars before it)
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("seq2seq-train: error: "), err
+    assert "Traceback" not in err and sum("error" in line for line in lines) == 1, err
+    for word in words:
+        assert word in lines[-1], (word, lines[-1])
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained, nothing saved
+    assert {p: p.read_bytes() for p in trained["root"].glob("*.ckpt")} == before
+
+
+def test_init_from_an_average_starts_from_its_weights_and_tokenizers(corpus, trained, tmp_path,
+                                                                      capsys, monkeypatch):
+    """Fresh optimizer, the checkpoint's tokenizers (not the configured vocab size), its
+    architecture with this run's dropout; at lr 1e-30 one step leaves the weights as given."""
+    extra = ["--model.init_from", str(trained["avg"]), "--model.optim.lr", "1e-30",
+             "--data.data.tokenizer.vocab_size", "250", "--model.arch.dropout", "0.25"]
+    code, err = train(args(corpus, tmp_path, 2, *extra), capsys, monkeypatch)
+    assert code == 0, err
+    out, start = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt"), load_checkpoint(trained["avg"])
+    assert out["global_step"] == 2 and out["optimizer_states"][0]["state"][0]["step"] == 2
+    assert out["seq2seq"]["tokenizers"] == start["seq2seq"]["tokenizers"]
+    arch, given = out["seq2seq"]["model_config"], start["seq2seq"]["model_config"]
+    assert arch == {**given, "dropout": 0.25}
+    for name, w in model_state(start).items():
+        torch.testing.assert_close(model_state(out)[name], w, rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- kill -9
+def _start(c, root: Path, steps: int) -> subprocess.Popen:
+    last = root / "checkpoints" / "last.ckpt"
+    resume = ["--ckpt_path", str(last)] if last.exists() else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "seq2seq.cli.train", *args(c, root, steps, *resume)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=root.parent)
+
+
+def _kill_at_random(proc: subprocess.Popen, folder: Path, rng: random.Random) -> str:
+    """kill -9 ``proc`` a random moment after its next checkpoint write began (or during
+    start-up, one time in four); returns what happened, for the failure message."""
+    def stamp():
+        return sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*")) if folder.is_dir() else []
+
+    before, t0 = stamp(), time.monotonic()
+    early = rng.random() < 0.25
+    while proc.poll() is None and not early and stamp() == before and time.monotonic() - t0 < 60:
+        time.sleep(0.005)
+    delay = rng.uniform(0, 0.4) if not early else rng.uniform(0.5, 4.0)
+    time.sleep(delay)
+    if proc.poll() is not None:
+        return f"finished before the kill (rc {proc.returncode})"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return f"killed {'during start-up' if early else 'after a write began'} (+{delay:.2f} s)"
+
+
+def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(corpus, tmp_path):
+    steps, seed = 16, random.randrange(2**32)
+    rng = random.Random(seed)
+    reference = _start(corpus, tmp_path / "reference", steps)  # alongside, uninterrupted
+    run, history = tmp_path / "killed", []
+    folder = run / "checkpoints"
+    for _ in range(5):
+        history.append(_kill_at_random(_start(corpus, run, steps), folder, rng))
+        for ckpt in folder.glob("*.ckpt"):  # whatever the moment, every checkpoint loads
+            load_checkpoint(ckpt)
+    # a save cut short by the kill, as it looks on disk: removed at the next start
+    (folder / ".last.ckpt.x1y2z3.tmp").parent.mkdir(parents=True, exist_ok=True)
+    (folder / ".last.ckpt.x1y2z3.tmp").write_bytes(b"half a checkpoint")
+    final = _start(corpus, run, steps)
+    assert final.wait(timeout=300) == 0, final.stderr.read().decode()[-3000:]
+    assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()[-3000:]
+    where = f"seed {seed}: {history}"
+    names = sorted(p.name for p in folder.iterdir())
+    assert not [n for n in names if n.endswith(".tmp") or "-v" in n], (where, names)
+    assert len(select(folder, last=100, best=None)) == steps // 2, (where, names)
+    ours = load_checkpoint(folder / "last.ckpt")
+    theirs = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
+    assert ours["global_step"] == theirs["global_step"] == steps
+    for name, w in model_state(theirs).items():
+        torch.testing.assert_close(model_state(ours)[name], w, rtol=0, atol=1e-6, msg=where)
