@@ -19,6 +19,7 @@ from pathlib import Path
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import datasets
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -496,3 +497,37 @@ def test_data_benchmark_stages_count_what_they_measure(tmp_path):
     epoch = bench.stage_epoch(cfg)
     assert epoch["pairs"] == prepared["pairs_kept"] and epoch["batches"] > n * 15 // 4096
     assert bench.growth_per_million([1_000_000, 5_000_000, 10_000_000], [700, 740, 790]) == 10.0
+
+
+class _FirstTokens(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[list[int]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append(batch.src[:, 0].tolist())
+
+
+def _fit_streamed(cfg: DataConfig, root: Path, steps: int, ckpt_path: str | None = None) -> list[list[int]]:
+    from seq2seq.config import ModelConfig, OptimConfig
+    from seq2seq.training.callbacks import AtomicCheckpointIO
+    from seq2seq.training.module import Seq2SeqModule
+
+    L.seed_everything(1, verbose=False)
+    seen = _FirstTokens()
+    every = L.pytorch.callbacks.ModelCheckpoint(dirpath=root, every_n_train_steps=3, save_top_k=-1)
+    trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
+                        plugins=[AtomicCheckpointIO()], callbacks=[seen, every], default_root_dir=root)
+    module = Seq2SeqModule(ModelConfig(d_model=32, n_heads=2, d_ff=64, encoder_layers=1, decoder_layers=1),
+                           OptimConfig(lr=1e-3, warmup_steps=5))
+    trainer.fit(module, datamodule=Seq2SeqDataModule(cfg), ckpt_path=ckpt_path)
+    return seen.seen
+
+
+@pytest.mark.slow
+def test_streamed_training_resumes_where_it_stopped(streamed, tmp_path):
+    """Lightning restores its loop progress before asking for the loader, so a run resumed
+    from a mid-stream checkpoint sees exactly the batches the uninterrupted run saw next."""
+    whole = _fit_streamed(streamed, tmp_path / "a", 6)
+    resumed = _fit_streamed(streamed, tmp_path / "b", 6, str(next((tmp_path / "a").glob("*step=3*.ckpt"))))
+    assert resumed == whole[3:]
