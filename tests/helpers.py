@@ -50,3 +50,22 @@ def tiny_tokenizers(vocab: int = 100, langs: tuple[str, ...] = ("de", "en"), n: 
     texts = [line for lang in langs for line in multi30k_lines(lang, n)]
     tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=vocab, num_threads=1))
     return TokenizerPair(tok, tok)
+
+
+def run_main(main, argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
+    """A command's ``main(argv)`` in-process with ``stdin`` bytes: (exit status, stdout, stderr)."""
+    import io
+    import sys
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout, sys.stderr = out, err
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+    return code, out.getvalue(), err.getvalue()

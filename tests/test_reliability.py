@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import os
 import pickle
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import save_tiny_checkpoint, tiny_tokenizers
+from helpers import run_main, save_tiny_checkpoint, tiny_tokenizers
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, seal
 from seq2seq.cli import average, evaluate, export, translate
@@ -52,19 +51,7 @@ def work(tmp_path_factory, tokenizers) -> Path:
 
 
 def run(command: str, argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
-    """``main(argv)`` in-process: (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stdin, sys.stdout, sys.stderr
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
-    sys.stdout, sys.stderr = out, err
-    code = 0
-    try:
-        MAINS[command](argv)
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.stdin, sys.stdout, sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
+    return run_main(MAINS[command], argv, stdin)
 
 
 def assert_refused(result: tuple[int, str, str], command: str, *needles: str) -> str:

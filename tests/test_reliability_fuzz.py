@@ -6,12 +6,10 @@ exit status 2; an accepted input gives exactly one output line per input line.""
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
-import sys
 
 import pytest
-from helpers import save_tiny_checkpoint, tiny_tokenizers
+from helpers import run_main, save_tiny_checkpoint, tiny_tokenizers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,18 +49,7 @@ def checkpoint(tmp_path_factory):
 
 
 def translate(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stdin, sys.stdout, sys.stderr
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
-    sys.stdout, sys.stderr = out, err
-    code = 0
-    try:
-        translate_main(argv)
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.stdin, sys.stdout, sys.stderr = old
-    return code, out.getvalue(), err.getvalue()
+    return run_main(translate_main, argv, stdin)
 
 
 @FUZZ
