@@ -103,6 +103,19 @@ REFUSED = [  # (id, extra options (or a function of the fixtures), words the err
     ("unknown option", ["--model.arch.d_modle", "64"], ["d_modle"]),
     ("not a number", ["--trainer.max_steps", "abc"], ["--trainer.max_steps"]),
     ("no gpu", ["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else None, ["gpu"]),
+    ("curves every 0 steps", ["--curves.every_n_steps", "0"], ["--curves.every_n_steps"]),
+    ("val BLEU on -1 sentences", ["--model.val_bleu_max_sentences=-1"], ["--model.val_bleu_max_sentences"]),
+    ("validate every 0 epochs", ["--trainer.check_val_every_n_epoch", "0", "--trainer.val_check_interval",
+                                 "null"], ["--trainer.check_val_every_n_epoch"]),
+    ("negative clipping", ["--trainer.gradient_clip_val=-1"], ["--trainer.gradient_clip_val"]),
+    ("accumulate 0 batches", ["--trainer.accumulate_grad_batches", "0"], ["--trainer.accumulate_grad_batches"]),
+    ("devices -5", ["--trainer.devices=-5"], ["--trainer.devices"]),
+    ("seed out of range", ["--seed_everything", "99999999999999999999"], ["--seed_everything"]),
+    ("unknown strategy", ["--trainer.strategy", "foo"], ["strategy"]),
+    ("checkpoint folder is a file", lambda c, t: ["--checkpoint.dirpath", str(c["train_de"])],
+     ["--checkpoint.dirpath", "is a file"]),
+    ("root folder is a file", lambda c, t: ["--trainer.default_root_dir", str(c["train_de"])],
+     ["--trainer.default_root_dir", "is a file"]),
     ("missing data file", lambda c, t: ["--data.data.train_src", str(c["train_de"]) + ".missing"], ["not found"]),
     ("data file is a directory", lambda c, t: ["--data.data.train_src", str(c["cache"].parent)], []),
     ("undecodable data", lambda c, t: ["--data.data.train_src", str(c["bad_utf8"])], ["invalid UTF-8"]),
@@ -149,7 +162,8 @@ def test_init_from_an_average_starts_from_its_weights_and_tokenizers(corpus, tra
     """Fresh optimizer, the checkpoint's tokenizers (not the configured vocab size), its
     architecture with this run's dropout; at lr 1e-30 one step leaves the weights as given."""
     extra = ["--model.init_from", str(trained["avg"]), "--model.optim.lr", "1e-30",
-             "--data.data.tokenizer.vocab_size", "250", "--model.arch.dropout", "0.25"]
+             "--data.data.tokenizer.vocab_size", "250", "--model.arch.dropout", "0.25",
+             "--trainer.logger", "false"]  # no logger: the lr monitor steps aside
     code, err = train(args(corpus, tmp_path, 2, *extra), capsys, monkeypatch)
     assert code == 0, err
     out, start = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt"), load_checkpoint(trained["avg"])

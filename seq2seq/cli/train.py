@@ -28,7 +28,14 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
-from seq2seq.cli.train_checks import REFUSALS, check_ckpt_path, fail, prepare_fit
+from seq2seq.cli.train_checks import (
+    REFUSALS,
+    check_ckpt_path,
+    check_run_config,
+    check_seed,
+    fail,
+    prepare_fit,
+)
 from seq2seq.cli.train_help import HelpFormatter, annotate, description
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.training.callbacks import (
@@ -77,6 +84,10 @@ class Seq2SeqCLI(LightningCLI):
             check_ckpt_path(self.config[self.config.subcommand].get("ckpt_path"))
         super()._parse_ckpt_path()
 
+    def _set_seed(self) -> None:
+        check_seed(self._get(self.config, "seed_everything"))
+        super()._set_seed()
+
     def before_fit(self) -> None:
         prepare_fit(self.model, self.datamodule, self.trainer)
 
@@ -87,6 +98,7 @@ class Seq2SeqCLI(LightningCLI):
         if config.get("checkpoint.dirpath") is None:
             root = config.get("trainer.default_root_dir") or os.getcwd()  # Lightning's default
             config["checkpoint.dirpath"] = os.path.join(root, "checkpoints")
+        check_run_config(config)
 
     def instantiate_trainer(self, **kwargs):
         config = self._get(self.config_init, "trainer", default={})

@@ -57,17 +57,53 @@ def one_line(e: BaseException) -> str:
 
 def _parse_error(message: str) -> str:
     """jsonargparse nests ``Parser key "a":`` blocks around the reason, with a list of the
-    union's other members; keep the dotted key and the reason."""
+    union's other members; keep the dotted key and the reason(s)."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     reasons = [line.strip().lstrip("- ") for line in message.splitlines()
                if line.strip() and not line.strip().startswith(_NOISE)]
-    if keys and reasons:
-        return f"--{'.'.join(keys)}: {reasons[0]} ({PROG} fit --help lists the options)"
-    return " ".join(message.split())
+    if not (keys and reasons):
+        return " ".join(message.split())
+    if len(reasons) > 1 and all(r.startswith("Expected a ") for r in reasons):  # a union's members
+        kinds = [re.sub(r"<class '(\w+)'>|typing\.Literal(\[.*\])", lambda m: m.group(1) or
+                        f"one of {m.group(2)}", r.removeprefix("Expected a ")) for r in reasons]
+        given = re.search(r"Given value: (.*)", message)
+        reasons = [f"expected {' or '.join(kinds)}" + (f", got {given.group(1).strip()}" if given else "")]
+    return f"--{'.'.join(keys)}: {reasons[0]} ({PROG} fit --help lists the options)"
 
 
 _NOISE = ("Parser key", "Does not validate against", "Subtypes:", "Errors:",
           "- Problem with given class_path", "- Expected a <class 'NoneType'>", "Given value")
+
+
+def check_run_config(config) -> None:
+    """Options that Lightning takes but turns into a ZeroDivisionError, a TypeError or,
+    worse, a silently wrong run (negative clipping flips the gradients), and output folders
+    that are files (found only at the first save, after training)."""
+    def number(key):  # the value as a number, if it is one ("-5" from the command line too)
+        value = config.get(key)
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            return int(value)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    problems = [
+        ("trainer.accumulate_grad_batches", lambda v: v < 1, ">= 1"),
+        ("trainer.check_val_every_n_epoch", lambda v: v < 1, ">= 1 or null"),
+        ("trainer.gradient_clip_val", lambda v: not v >= 0, ">= 0 or null"),
+        ("trainer.devices", lambda v: v == 0 or v < -1, "> 0 or -1 (all)"),
+    ]
+    for key, bad, want in problems:
+        if number(key) is not None and bad(number(key)):
+            raise ValueError(f"--{key} must be {want}, got {config.get(key)}")
+    for key in ("checkpoint.dirpath", "trainer.default_root_dir"):
+        folder = config.get(key)
+        if folder and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f"--{key} {folder}: is a file; give a folder")
+
+
+def check_seed(seed: Any) -> None:
+    """``--seed_everything``: what numpy accepts (or true/false)."""
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
+        raise ValueError(f"--seed_everything must be in [0, 2**32) (or true: random), got {seed}")
 
 
 def check_ckpt_path(path: Any) -> None:

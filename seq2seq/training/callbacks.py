@@ -62,6 +62,8 @@ class TrainingCurves(L.Callback):
     """
 
     def __init__(self, every_n_steps: int = 50):
+        if not every_n_steps >= 1:
+            raise ValueError(f"--curves.every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self.history: dict[str, list] = {"train": [], "val": []}
 

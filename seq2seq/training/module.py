@@ -100,6 +100,9 @@ class Seq2SeqModule(L.LightningModule):
         init_from: str | None = None,
     ):
         super().__init__()
+        if val_bleu_max_sentences is not None and val_bleu_max_sentences < 1:
+            raise ValueError("--model.val_bleu_max_sentences must be >= 1 (or null: all), "
+                             f"got {val_bleu_max_sentences}")
         self.init_from = init_from
         self.arch = arch or ModelConfig()
         self.optim = optim or OptimConfig()
