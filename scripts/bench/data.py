@@ -260,7 +260,7 @@ def describe_row(row: dict[str, Any]) -> str:
 
     return (f"{row['pairs']:>11,} pairs\n"
             f"  prepare (cold)    {p['seconds']:8.1f} s  {p['pairs_per_s']:>9,} pairs/s  {mem(p)}, "
-            f"map workers {p['peak_rss_children_mb']:,.0f} MB\n"
+            f"child processes (tokenizer, map workers) {p['peak_rss_children_mb']:,.0f} MB\n"
             f"  epoch of batches  {e['seconds']:8.1f} s  {e['pairs_per_s']:>9,} pairs/s  {mem(e)}\n"
             f"  seq2seq-train     first update {t['first_step_seconds']:.1f} s after launch (warm cache), "
             f"{t['steps']} updates: {mem(t)}")
