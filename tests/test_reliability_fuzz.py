@@ -61,7 +61,7 @@ def test_any_numeric_option_value(checkpoint, flag, value):
     if code == 0:
         assert out.count("\n") == 1 and "error" not in err, (flag, value, err)
     else:
-        last = err.strip().splitlines()[-1]
+        last, = err.strip().splitlines()  # one line
         assert code == 2 and out == "", (flag, value, code, err)
         assert last.startswith("seq2seq-translate: error: ") and flag in last, (flag, value, last)
 

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from seq2seq.cli.common import run_command
+from seq2seq.cli.common import Parser, run_command
 
 PROG = "seq2seq-average"
 _BLEU = re.compile(r"bleu(\d+(?:\.\d+)?)")
@@ -65,7 +65,7 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from seq2seq.checkpoint import STORAGE_DTYPES
 
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="checkpoint files, or one folder with --last/--best")
     ap.add_argument("-o", "--output", required=True, help="the averaged checkpoint (a file)")

@@ -10,6 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 
+class Parser(argparse.ArgumentParser):
+    """``argparse`` whose errors are one line, ``PROG: error: ...`` and exit status 2, like
+    every other refusal (no usage block: it is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     """Call ``run(args)``; bad input (``ValueError``, ``OSError``, hence ``CheckpointError``)
     becomes ``PROG: error: ...`` on one line and exit status 2. Library warnings (e.g.
@@ -91,7 +99,9 @@ def check_output_file(path: str, option: str) -> None:
     if p.is_dir():
         raise ValueError(f"{option} {path}: is a directory; give a file name")
     folder = next((q for q in p.absolute().parents if q.exists()), None)
-    if folder is None or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+    if folder is not None and not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is a file, not a folder")
+    if folder is None or not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: cannot write there (folder not writable)")
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"{option} {path}: the file is not writable")

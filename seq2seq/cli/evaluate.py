@@ -34,6 +34,7 @@ from typing import Any
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli.common import (
+    Parser,
     add_model_argument,
     check_device,
     check_output_file,
@@ -70,7 +71,7 @@ class TestSet:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap, nargs="+", help="one or more checkpoints (several: one comparison table)")
     g = ap.add_argument_group("test set")
@@ -251,6 +252,8 @@ def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) ->
     inputs |= {f.resolve() for _, t, _ in plan for f in (t.src_path, t.ref_path)}
     if args.json:
         check_output_file(args.json, "--json")
+    if hyp_dir.exists() and not hyp_dir.is_dir():
+        raise ValueError(f"--hyp-dir {hyp_dir}: is a file; give a folder")
     try:
         hyp_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

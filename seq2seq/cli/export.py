@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seq2seq.cli.common import add_model_argument
+from seq2seq.cli.common import Parser, add_model_argument
 from seq2seq.export import FORMATS
 from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="seq2seq-export", description=__doc__,
+    ap = Parser(prog="seq2seq-export", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap)
     ap.add_argument("--to", required=True, choices=FORMATS, help="target format")

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 
 from seq2seq.cli.common import (
+    Parser,
     add_model_argument,
     check_device,
     check_output_file,
@@ -123,7 +124,7 @@ def ignored_options(args: argparse.Namespace, decoding: DecodingConfig) -> list[
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap)
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
