@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from seq2seq.cli.train_checks import (
     REFUSALS,
+    StartupLogs,
     check_ckpt_path,
     check_run_config,
     check_seed,
@@ -143,8 +144,10 @@ def quiet_lightning() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdvertisement())
 
 
-def build_cli(args: list[str] | None = None, run: bool = True) -> Seq2SeqCLI:
-    """The CLI object; ``run=False`` (no subcommand) only builds the classes (tests)."""
+def build_cli(args: list[str] | None = None, run: bool = True,
+              startup: StartupLogs | None = None) -> Seq2SeqCLI:
+    """The CLI object; ``run=False`` (no subcommand) only builds the classes (tests);
+    ``startup`` releases Lightning's start-up lines once fit starts."""
     help_kwargs = {"description": description(), "formatter_class": HelpFormatter}
     return Seq2SeqCLI(
         Seq2SeqModule,
@@ -159,6 +162,7 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> Seq2SeqCLI:
             "callbacks": [
                 LearningRateMonitor(logging_interval="step"),
                 ThroughputMonitor(batch_sentences, batch_target_tokens, window_size=20),  # items_per_sec = tgt tok/s
+                *([startup] if startup else []),
             ],
         },
         save_config_kwargs={"overwrite": True},
@@ -173,11 +177,13 @@ def main(args: list[str] | None = None) -> None:
     # batches), which Lightning cannot see from the DataLoader type.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
     quiet_lightning()
+    startup = StartupLogs()
     try:
-        build_cli(args)
+        build_cli(args, startup=startup)
     except REFUSALS as e:  # bad options, files or checkpoints: one line, exit status 2
         fail(e)
     finally:
+        startup.close()
         # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
         # "terminate called without an active exception".
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -14,12 +14,14 @@ stderr, exit status 2, no traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback
 
 from seq2seq.checkpoint import config_of, load_checkpoint, tokenizers_of
 from seq2seq.config import ConfigError
@@ -33,6 +35,37 @@ REFUSALS = (ValueError, OSError, FloatingPointError, argparse.ArgumentError,
 _OPTIONS = {"ModelConfig": "model.arch", "OptimConfig": "model.optim", "DataConfig": "data.data",
             "TokenizerConfig": "data.data.tokenizer"}
 _LIGHTNING_PATHS = ("last", "best", "hpc", "registry")  # --ckpt_path words Lightning resolves
+
+
+class StartupLogs(logging.Filter, Callback):
+    """Lightning's start-up lines ("Seed set", "GPU available", "Restoring states") wait
+    until fit or validation starts, so that a run refused before then prints only its one
+    error line; then they print as usual."""
+
+    LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] | None = []
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.held is None or record.levelno >= logging.WARNING:
+            return True
+        self.held.append(record)
+        return False
+
+    def release(self, *_: Any) -> None:
+        held, self.held = self.held or [], None
+        for record in held:
+            logging.getLogger(record.name).handle(record)
+
+    on_fit_start = on_validation_start = release
+
+    def close(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
 
 
 def fail(e: BaseException) -> NoReturn:
