@@ -53,10 +53,26 @@ def _umask() -> int:
     return mask
 
 
-def stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """Temporary files :func:`save_atomic` left for ``path`` when it was killed mid-write."""
-    path = Path(path)
-    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
+    """Temporary files :func:`save_atomic` left in ``folder`` (for target ``name``) when it
+    was killed mid-write: ``.NAME.PID.XXXX.tmp`` whose writer process is gone (a write in
+    progress in another process is left alone)."""
+    stale = []
+    for p in Path(folder).glob(f".{name}.*.tmp"):
+        pid = p.name.removesuffix(".tmp").split(".")[-2]
+        if not (pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid))):
+            stale.append(p)
+    return sorted(stale)
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
@@ -67,9 +83,9 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(f"cannot write {path}: it is a directory")
-    for stale in stale_temporaries(path):
+    for stale in stale_temporaries(path.parent, path.name):
         stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)

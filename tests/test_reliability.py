@@ -225,6 +225,22 @@ def test_legacy_checkpoint_without_checksum_loads_and_the_shipped_model_is_seale
     assert resealed["seq2seq"]["checksum"] == shipped["seq2seq"]["checksum"]  # deterministic
 
 
+def test_interrupted_writes_are_cleaned_up_but_not_a_write_in_progress(tmp_path):
+    """``save_atomic`` removes the temporary files of a killed writer of the same target
+    (its PID is in the name), never one another live process is still writing."""
+    from seq2seq.checkpoint import save_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    killed = tmp_path / f".a.ckpt.{dead}.k1.tmp"
+    busy = tmp_path / f".a.ckpt.{os.getppid()}.k2.tmp"  # our parent: alive
+    other = tmp_path / f".b.ckpt.{dead}.k3.tmp"  # another target's: its own next save
+    for p in (killed, busy, other):
+        p.write_bytes(b"half")
+    save_atomic({"x": 1}, tmp_path / "a.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([busy.name, other.name, "a.ckpt"])
+
+
 # ---------------------------------------------------------------- translate options
 SENTENCE = "Ein Hund rennt durch den Schnee."
 NUMERIC = [  # (flags, words the error must hold); [] = accepted

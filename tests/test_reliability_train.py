@@ -210,12 +210,13 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(corpus, tmp_p
     run, history = tmp_path / "killed", []
     folder = run / "checkpoints"
     for _ in range(5):
-        history.append(_kill_at_random(_start(corpus, run, steps), folder, rng))
+        proc = _start(corpus, run, steps)
+        history.append(_kill_at_random(proc, folder, rng))
         for ckpt in folder.glob("*.ckpt"):  # whatever the moment, every checkpoint loads
             load_checkpoint(ckpt)
-    # a save cut short by the kill, as it looks on disk: removed at the next start
-    (folder / ".last.ckpt.x1y2z3.tmp").parent.mkdir(parents=True, exist_ok=True)
-    (folder / ".last.ckpt.x1y2z3.tmp").write_bytes(b"half a checkpoint")
+    # a save the last kill cut short, as it looks on disk: removed at the next start
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f".last.ckpt.{proc.pid}.x1y2z3.tmp").write_bytes(b"half a checkpoint")
     final = _start(corpus, run, steps)
     assert final.wait(timeout=300) == 0, final.stderr.read().decode()[-3000:]
     assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()[-3000:]

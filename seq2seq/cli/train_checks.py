@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 
-from seq2seq.checkpoint import config_of, load_checkpoint, tokenizers_of
+from seq2seq.checkpoint import config_of, load_checkpoint, stale_temporaries, tokenizers_of
 from seq2seq.config import ConfigError
 from seq2seq.training.callbacks import load_training_checkpoint
 
@@ -153,7 +153,6 @@ def prepare_fit(module, datamodule, trainer) -> None:
         datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
     if trainer.is_global_zero:
         for callback in trainer.checkpoint_callbacks:
-            folder = Path(getattr(callback, "dirpath", None) or "")
-            if callback.dirpath and folder.is_dir():
-                for stale in folder.glob(".*.ckpt.*.tmp"):  # checkpoint.save_atomic's names
+            if callback.dirpath and Path(callback.dirpath).is_dir():
+                for stale in stale_temporaries(callback.dirpath, "*.ckpt"):
                     stale.unlink(missing_ok=True)
