@@ -3,6 +3,8 @@
 # sentences, and print BLEU on test_2016_flickr. Run from the repository root.
 set -euo pipefail
 export HF_DATASETS_OFFLINE=1
+# a fresh run each time: an earlier one is kept aside, not overwritten (seq2seq-train refuses to)
+if [ -e runs/quickstart ]; then mv runs/quickstart "runs/quickstart.$(date +%Y%m%d-%H%M%S)"; fi
 seq2seq-train fit --config configs/multi30k_de_en_tiny.yaml --config configs/quickstart.yaml
 ckpt=runs/quickstart/checkpoints/last.ckpt
 printf '%s\n' "Ein Mann fährt Fahrrad." "Zwei Hunde spielen im Schnee." "Eine Frau liest ein Buch im Park." \

@@ -116,6 +116,8 @@ REFUSED = [  # (id, extra options (or a function of the fixtures), words the err
      ["--checkpoint.dirpath", "is a file"]),
     ("root folder is a file", lambda c, t: ["--trainer.default_root_dir", str(c["train_de"])],
      ["--trainer.default_root_dir", "is a file"]),
+    ("an earlier run's checkpoints", lambda c, t: ["--checkpoint.dirpath", str(t["last"].parent)],
+     ["holds checkpoints of an earlier run", "--ckpt_path", "last.ckpt"]),
     ("missing data file", lambda c, t: ["--data.data.train_src", str(c["train_de"]) + ".missing"], ["not found"]),
     ("data file is a directory", lambda c, t: ["--data.data.train_src", str(c["cache"].parent)], []),
     ("undecodable data", lambda c, t: ["--data.data.train_src", str(c["bad_utf8"])], ["invalid UTF-8"]),
@@ -177,8 +179,9 @@ def test_init_from_an_average_starts_from_its_weights_and_tokenizers(corpus, tra
 
 # ---------------------------------------------------------------- kill -9
 def _start(c, root: Path, steps: int) -> subprocess.Popen:
-    last = root / "checkpoints" / "last.ckpt"
-    resume = ["--ckpt_path", str(last)] if last.exists() else []
+    saved = sorted((root / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    last = root / "checkpoints" / "last.ckpt"  # else a kill came between a snapshot and last
+    resume = ["--ckpt_path", str(last if last.exists() else saved[-1])] if saved else []
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.Popen([sys.executable, "-m", "seq2seq.cli.train", *args(c, root, steps, *resume)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=root.parent)

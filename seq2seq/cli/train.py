@@ -90,7 +90,8 @@ class Seq2SeqCLI(LightningCLI):
         super()._set_seed()
 
     def before_fit(self) -> None:
-        prepare_fit(self.model, self.datamodule, self.trainer)
+        ckpt_path = self.config[self.subcommand].get("ckpt_path")
+        prepare_fit(self.model, self.datamodule, self.trainer, ckpt_path)
 
     def before_instantiate_classes(self) -> None:
         # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed

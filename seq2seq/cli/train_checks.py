@@ -7,8 +7,9 @@ stderr, exit status 2, no traceback.
 * ``--ckpt_path`` is verified before Lightning reads it (it unpickles hyper-parameters
   first): missing, damaged, foreign or inference-only checkpoints are refused, the last
   pointing to ``--model.init_from``.
-* Before fit: ``--model.init_from``'s tokenizers become the data module's, and temporary
-  files an interrupted save left in the checkpoint folder are removed.
+* Before fit: a new run never writes over an earlier run's checkpoints (the folder must
+  hold none unless resuming), ``--model.init_from``'s tokenizers become the data module's,
+  and temporary files an interrupted save left in the checkpoint folder are removed.
 """
 
 from __future__ import annotations
@@ -145,14 +146,24 @@ def check_ckpt_path(path: Any) -> None:
         load_training_checkpoint(path)
 
 
-def prepare_fit(module, datamodule, trainer) -> None:
-    """Before ``fit``: ``init_from``'s tokenizers for the data, no stale temporary files."""
+def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
+    """Before ``fit``: a new run does not write over an earlier run's checkpoints;
+    ``init_from``'s tokenizers for the data; no stale temporary files."""
+    folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath]
+    for folder in folders:
+        earlier = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+        if earlier and not ckpt_path:  # a resume rewrites its own (identical) snapshots
+            newest = folder / "last.ckpt" if (folder / "last.ckpt").is_file() else \
+                max(earlier, key=lambda p: p.stat().st_mtime)
+            raise ValueError(
+                f"{folder} holds checkpoints of an earlier run, which this run would overwrite: "
+                f"resume it with --ckpt_path {newest}, or give another "
+                "--trainer.default_root_dir or --checkpoint.dirpath")
     if getattr(module, "init_from", None):
         where = f"--model.init_from {module.init_from}"
         meta = load_checkpoint(module.init_from)["seq2seq"]
         datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
     if trainer.is_global_zero:
-        for callback in trainer.checkpoint_callbacks:
-            if callback.dirpath and Path(callback.dirpath).is_dir():
-                for stale in stale_temporaries(callback.dirpath, "*.ckpt"):
-                    stale.unlink(missing_ok=True)
+        for folder in folders:
+            for stale in stale_temporaries(folder, "*.ckpt") if folder.is_dir() else []:
+                stale.unlink(missing_ok=True)
