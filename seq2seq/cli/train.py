@@ -36,6 +36,7 @@ from seq2seq.cli.train_checks import (
     check_seed,
     fail,
     prepare_fit,
+    use_init_from_tokenizers,
 )
 from seq2seq.cli.train_help import HelpFormatter, annotate, description
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -92,6 +93,9 @@ class Seq2SeqCLI(LightningCLI):
     def before_fit(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
         prepare_fit(self.model, self.datamodule, self.trainer, ckpt_path)
+
+    def before_validate(self) -> None:
+        use_init_from_tokenizers(self.model, self.datamodule)
 
     def before_instantiate_classes(self) -> None:
         # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed

@@ -159,11 +159,16 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
                 f"{folder} holds checkpoints of an earlier run, which this run would overwrite: "
                 f"resume it with --ckpt_path {newest}, or give another "
                 "--trainer.default_root_dir or --checkpoint.dirpath")
-    if getattr(module, "init_from", None):
-        where = f"--model.init_from {module.init_from}"
-        meta = load_checkpoint(module.init_from)["seq2seq"]
-        datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
+    use_init_from_tokenizers(module, datamodule)
     if trainer.is_global_zero:
         for folder in folders:
             for stale in stale_temporaries(folder, "*.ckpt") if folder.is_dir() else []:
                 stale.unlink(missing_ok=True)
+
+
+def use_init_from_tokenizers(module, datamodule) -> None:
+    """With ``--model.init_from``, the data is tokenized as that checkpoint's model expects."""
+    if getattr(module, "init_from", None):
+        where = f"--model.init_from {module.init_from}"
+        meta = load_checkpoint(module.init_from)["seq2seq"]
+        datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
