@@ -159,6 +159,8 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
                 f"{folder} holds checkpoints of an earlier run, which this run would overwrite: "
                 f"resume it with --ckpt_path {newest}, or give another "
                 "--trainer.default_root_dir or --checkpoint.dirpath")
+    if ckpt_path and str(ckpt_path) not in _LIGHTNING_PATHS:
+        check_resume(module, datamodule, ckpt_path)
     use_init_from_tokenizers(module, datamodule)
     if trainer.is_global_zero:
         for folder in folders:
@@ -172,3 +174,26 @@ def use_init_from_tokenizers(module, datamodule) -> None:
         where = f"--model.init_from {module.init_from}"
         meta = load_checkpoint(module.init_from)["seq2seq"]
         datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
+
+
+# ModelConfig fields the data's tokenizers set when training starts (Seq2SeqModule.configure_model)
+_FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size", "share_embeddings", "pad_id", "bos_id", "eos_id")
+
+
+def check_resume(module, datamodule, ckpt_path) -> None:
+    """Before the data is prepared (minutes on a large corpus): the checkpoint to resume has
+    this run's architecture and language pair (the tokenizers are compared once known)."""
+    meta = load_checkpoint(ckpt_path)["seq2seq"]
+    saved = config_of(meta, f"--ckpt_path {ckpt_path}")
+    if getattr(module, "init_from", None):
+        return  # the architecture comes from init_from's checkpoint
+    diff = {k: getattr(saved, k) for k in vars(saved)
+            if k not in _FROM_TOKENIZER and getattr(saved, k) != getattr(module.arch, k)}
+    if diff:
+        raise ValueError(f"--ckpt_path {ckpt_path}: its model differs from the configured one in "
+                         f"{diff} (the checkpoint's values); resume with the run's own config")
+    pair = (meta.get("src_lang"), meta.get("tgt_lang"))
+    data = (datamodule.config.src_lang, datamodule.config.tgt_lang)
+    if None not in pair and pair != data:
+        raise ValueError(f"--ckpt_path {ckpt_path} translates {pair[0]}->{pair[1]}, but the data "
+                         f"is {data[0]}->{data[1]}")
