@@ -256,7 +256,9 @@ def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> N
     if not isinstance(state, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise CheckpointError(f"{where}: 'state_dict' must map names to tensors")
-    with torch.device("meta"):  # shapes only: no memory, no init time
+    # Built on CPU, with the global RNG put back: the meta device would need no memory, but
+    # its normal_ loads torch._dynamo (~800 modules, +76 MB resident in every command).
+    with torch.random.fork_rng(devices=[]):
         expected = Seq2Seq(arch).state_dict()
     got = {k.removeprefix(PREFIX): v for k, v in state.items()}
     missing = [k for k in expected if k not in got and not (k in TIED and set(TIED) & set(got))]
