@@ -189,7 +189,8 @@ def stage_train(data: DataConfig, root: Path, steps: int = 20) -> dict[str, Any]
             "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),
             "--trainer.check_val_every_n_epoch", "null", "--trainer.limit_val_batches", "1",
             "--model.val_bleu_max_sentences", "8", "--trainer.num_sanity_val_steps", "0",
-            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(root / "run")]
+            "--trainer.enable_progress_bar", "false",
+            "--trainer.default_root_dir", tempfile.mkdtemp(dir=root, prefix="run-")]  # a fresh run
     start = time.time()
     out, code, memory = run_measured(args)
     first = [float(line.split()[1]) for line in out.splitlines() if line.startswith("FIRST_STEP ")]
