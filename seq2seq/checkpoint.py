@@ -28,6 +28,7 @@ import os
 import pickle
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +157,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except OSError as e:  # permissions, I/O
         raise CheckpointError(f"checkpoint {path}: cannot be read ({e.strerror or e})") from None
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
-        raise CheckpointError(f"checkpoint {path}: cannot be read: {_read_error(e)}") from None
+        raise CheckpointError(f"checkpoint {path}: cannot be read: {_read_error(e, path)}") \
+            from None
     check(ckpt, f"checkpoint {path}")
     return ckpt
 
 
-def _read_error(e: Exception) -> str:
+def _read_error(e: Exception, path: Path) -> str:
     """What a ``torch.load`` failure means for a user, whole (never cut mid-sentence)."""
     text = str(e)
     if isinstance(e, pickle.UnpicklingError) or "Weights only load failed" in text:
@@ -169,8 +171,12 @@ def _read_error(e: Exception) -> str:
                 "numbers and strings, which are refused unread (loading them could run code)")
     if "zip archive" in text or "central directory" in text or isinstance(e, EOFError):
         return "the file is truncated or damaged (an interrupted copy?); use an intact copy"
+    if not zipfile.is_zipfile(path):
+        # torch falls back to its legacy pickle reader, whose errors on arbitrary bytes are
+        # whatever the bytes trip over first (IndexError, UnicodeDecodeError, ...)
+        return "not a PyTorch checkpoint (torch.save writes a zip archive; this is none)"
     lines = text.strip().splitlines()
-    return lines[0] if lines else type(e).__name__
+    return f"{lines[0] if lines else type(e).__name__} ({type(e).__name__})"
 
 
 def check(ckpt: Any, where: str = "checkpoint") -> None:
