@@ -292,3 +292,33 @@ def test_readme_python_api_runs_as_written(tmp_path, monkeypatch, capsys):
     it = iter(printed)
     assert all(line in it for line in expected), (expected, printed)  # a subsequence
     assert (tmp_path / "attention.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_quickstart_shows_one_bar_over_its_updates(tmp_path):
+    """The main job's overlay (fixed updates, no time limit) on the smoke model: one bar
+    counting updates to max_steps (not Lightning's per-epoch bar), and last.ckpt holds the
+    last update (the validation at the end writes it)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from seq2seq.checkpoint import load_checkpoint
+
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    steps = 8
+    res = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli.train", "fit", "--config", str(ROOT / "configs" / "smoke.yaml"),
+         "--config", str(ROOT / "configs" / "quickstart.yaml"), "--trainer.enable_progress_bar", "true",
+         "--data.data.data_dir", str(ROOT / "data" / "multi30k"), "--data.data.max_tokens", "256",
+         "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps // 2),
+         "--trainer.limit_val_batches", "1", "--model.val_bleu_max_sentences", "4",
+         "--trainer.default_root_dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    output = res.stdout + res.stderr
+    assert res.returncode == 0, output[-3000:]
+    counts = {(int(a), int(b)) for a, b in re.findall(r"Updates[^|]*\|[^|]*\|\s*(\d+)/(\d+)", output)}
+    assert counts and {total for _, total in counts} == {steps}, output[-3000:]
+    assert (steps, steps) in counts and "Epoch 0" not in output
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")["global_step"] == steps

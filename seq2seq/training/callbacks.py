@@ -1,5 +1,5 @@
-"""Lightning plug-ins of our own: atomic, ``weights_only`` checkpoint I/O, training curves and
-the rich progress bar's epoch count."""
+"""Lightning plug-ins of our own: atomic, ``weights_only`` checkpoint I/O, training curves, the
+rich progress bar's epoch count and a bar over a whole run's updates."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seq2seq.checkpoint import (
@@ -127,3 +127,30 @@ class EpochProgressBar(RichProgressBar):
         last = last_epoch(self.trainer)
         title = f"Epoch {current_epoch}" + (f"/{last}" if last is not None else "")
         return f"{title:{len(self.validation_description)}}"  # padded as Lightning's
+
+
+class UpdatesProgressBar(TQDMProgressBar):
+    """One bar over the run's optimizer updates (``trainer.max_steps``) with the time left,
+    instead of one bar per epoch: a run bounded by updates (the README's main job) then says
+    how long it will take on this machine. Validation keeps Lightning's own bar; its time
+    counts in the average rate, so the estimate includes it."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        bar = self.train_progress_bar
+        bar.total = trainer.max_steps if trainer.max_steps > 0 else None
+        bar.initial = bar.n = trainer.global_step  # a resumed run: the rate counts new updates
+        bar.set_description("Updates")
+
+    def on_train_epoch_start(self, trainer, *_) -> None:
+        self.train_progress_bar.set_description(f"Updates (epoch {trainer.current_epoch})")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        bar, n = self.train_progress_bar, trainer.global_step
+        if not bar.disable and self._should_update(n, bar.total or 0):
+            bar.n = n
+            bar.set_postfix(self.get_metrics(trainer, pl_module))  # also refreshes
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
