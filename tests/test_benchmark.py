@@ -22,6 +22,7 @@ from scripts.bench import profile as P
 from scripts.bench import report as R
 from scripts.bench import timing as T
 from scripts.bench import train as TR
+from scripts.bench import vocab as VO
 from seq2seq import profiling
 from seq2seq.checkpoint import build_model, load_checkpoint, save_model
 from seq2seq.config import DecodingConfig, ModelConfig, TokenizerConfig
@@ -233,6 +234,25 @@ def test_training_section_on_collated_batches(ckpt):
     table = R.train_table(res, "train")
     for row in res["rows"]:
         assert table_row(table, row["engine"], row["precision"])[2] == f"{row['tok_per_s']:.0f}"
+    json.dumps(res)
+
+
+@pytest.mark.slow
+def test_vocab_section_rows_follow_from_their_own_tokenizers(ckpt, tmp_path):
+    """Each size trains its own tokenizer (a larger one cuts sentences into fewer pieces);
+    pairs/s and the epoch time are derived from the timed tok/s as the notes say."""
+    res = VO.bench_vocab(ckpt, sizes=(150, 400), data_dir=DATA, cache_dir=tmp_path, max_tokens=256,
+                         n_batches=2, repeats=1, log=lambda _: None)
+    small, large = res["rows"]
+    assert (small["vocab_size"], large["vocab_size"]) == (150, 400)
+    assert small["split_tgt_pieces_per_pair"] > large["split_tgt_pieces_per_pair"]
+    for row in res["rows"]:
+        assert row["target_tokens"] <= 2 * 256
+        assert row["pairs_per_s"] == pytest.approx(row["tok_per_s"] / row["tgt_pieces_per_sentence"])
+        assert row["epoch_s"] == pytest.approx(row["split_pairs"] / row["pairs_per_s"])
+        assert row["pairs_gain"] == pytest.approx(row["pairs_per_s"] / small["pairs_per_s"])
+    table = R.vocab_table(res, "vocab")
+    assert table_row(table, "joint BPE 400")[4] == f"{large['pairs_per_s']:.0f}"
     json.dumps(res)
 
 

@@ -74,6 +74,14 @@ def levers_table(result: dict, title: str) -> str:
     return format_table(title, header, rows, result["notes"])
 
 
+def vocab_table(result: dict, title: str) -> str:
+    header = ["vocabulary", "tok/s", "ms/step", "tgt pieces/sent", "pairs/s", "epoch s", "pairs/s gain"]
+    rows = [[r["engine"], fmt(r["tok_per_s"], ".0f"), fmt(r["ms_per_step"], ".1f"),
+             fmt(r["tgt_pieces_per_sentence"], ".2f"), fmt(r["pairs_per_s"], ".0f"),
+             fmt(r["epoch_s"], ".1f"), fmt(r["pairs_gain"], ".2f")] for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"])
+
+
 def attention_table(result: dict, title: str) -> str:
     header = ["shape", "dims", "sdpa fwd µs", "matmul fwd µs", "matmul ÷ sdpa", "sdpa f+b µs",
               "matmul f+b µs", "matmul ÷ sdpa"]
@@ -110,3 +118,13 @@ def targets_report(targets: Sequence[dict]) -> str:
     lines += [f"  {fmt(t['pass'])}  {t['target']}: {t['ratio']:.2f} (need >= {t['need']:g})"
               for t in targets]
     return "\n".join(lines)
+
+
+def split_table(result: dict, title: str) -> str:
+    header = ["split", "tok/s (all ranks)", "updates/s", "tokens/update", "gain", "runs tok/s"]
+    rows = [[r["split"], fmt(r["tok_per_s"], ".0f"), fmt(r["updates_per_s"], ".3f"),
+             fmt(r["tokens_per_update"], ".0f"), fmt(r["gain"], ".2f"),
+             " / ".join(f"{x:.0f}" for x in r["all_tok_per_s"])] for r in result["rows"]]
+    notes = [f"updates {result['skip']} to {result['steps']} of a fresh run each (start-up, "
+             "data loading and the first updates excluded); median run of each split"]
+    return format_table(title, header, rows, notes)

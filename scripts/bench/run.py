@@ -24,7 +24,9 @@ from scripts.bench.report import (
     levers_table,
     profile_report,
     targets_report,
+    split_table,
     train_table,
+    vocab_table,
 )
 from scripts.bench.timing import (
     QUIET_LOAD,
@@ -36,11 +38,15 @@ from scripts.bench.timing import (
     set_threads,
 )
 from scripts.bench.train import PRECISIONS, bench_levers, bench_training, training_batches
+from scripts.bench.split import bench_split
+from scripts.bench.vocab import bench_vocab
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict
 
 SECTIONS = ("decode", "train", "attention")
-EXTRA_SECTIONS = ("profile", "levers")  # on request: beam profile; training levers
+# on request: beam profile; training levers; training step by vocabulary size; both cores as
+# one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused)
+EXTRA_SECTIONS = ("profile", "levers", "vocab", "split")
 Log = Callable[[str], None]
 
 
@@ -119,8 +125,26 @@ def levers_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def vocab_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log(f"\n[vocab] training step by joint BPE size, first {opts.train_batches} batches each")
+    res = bench_vocab(ckpt, data_dir=opts.data_dir, cache_dir=opts.cache_dir,
+                      max_tokens=opts.max_tokens, n_batches=opts.train_batches,
+                      repeats=opts.repeats, log=log)
+    log("\n" + vocab_table(res, f"Training step by vocabulary size: Multi30k train {pair(ckpt)}, "
+                            f"fp32, {opts.threads} thread(s)"))
+    return res
+
+
+def split_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log("\n[split] seq2seq-train, Tiny De->En: 1 process x 2 threads vs DDP 2 x 1")
+    res = bench_split(repeats=max(opts.repeats - 1, 1), log=log)
+    log("\n" + split_table(res, "Both cores: one process or DDP (target tokens/s of training)"))
+    return res
+
+
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
-           "profile": profile_section, "levers": levers_section}
+           "profile": profile_section, "levers": levers_section, "vocab": vocab_section,
+           "split": split_section}
 
 
 def environment(threads: int) -> dict:
