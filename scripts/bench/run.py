@@ -23,11 +23,12 @@ from scripts.bench.report import (
     decode_table,
     levers_table,
     profile_report,
-    targets_report,
     split_table,
+    targets_report,
     train_table,
     vocab_table,
 )
+from scripts.bench.split import bench_split
 from scripts.bench.timing import (
     QUIET_LOAD,
     RSS_RESETTABLE,
@@ -38,7 +39,6 @@ from scripts.bench.timing import (
     set_threads,
 )
 from scripts.bench.train import PRECISIONS, bench_levers, bench_training, training_batches
-from scripts.bench.split import bench_split
 from scripts.bench.vocab import bench_vocab
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict
