@@ -15,7 +15,7 @@ last=$(ls "$snaps"/step*.ckpt | sort | tail -n 1)
 cp "$last" "$run/last_snapshot.ckpt"
 for split in test_2016_flickr test_2017_flickr test_2017_mscoco; do
   seq2seq-evaluate -m "$run/last_snapshot.ckpt" --split $split --quiet \
-    --json "$out/$split.greedy.json" --hyp-dir "$out/hyps"
+    --json "$out/$split.greedy.json" --hyp-dir "$out/hyps" --force
   seq2seq-evaluate -m "$run/last_snapshot.ckpt" "$run/avg_last10.ckpt" --split $split --beam 5 --quiet \
-    --json "$out/$split.beam5.json" --hyp-dir "$out/hyps"
+    --json "$out/$split.beam5.json" --hyp-dir "$out/hyps" --force
 done

@@ -197,6 +197,13 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
         if not isinstance(meta.get(side), (str, type(None))):
             raise CheckpointError(f"{where}: '{side}' must be a language code, got {meta[side]!r}")
     check_weights(ckpt.get("state_dict"), arch, where)
+    if fmt == 1 and "checksum" not in meta:
+        # Nothing in a format-1 file can tell an edit that changes no shape (n_heads, ...)
+        # from the original: say so rather than vouch for it.
+        warnings.warn(f"{where}: format 1 (written before checksums): an edit that changes no "
+                      "weight shape (e.g. n_heads) cannot be detected; if you trust the file, "
+                      "seal it with `seq2seq-average -o NEW.ckpt FILE` (one input: a copy, "
+                      "checksummed)", stacklevel=2)
     if fmt >= 2 or "checksum" in meta:
         if meta.get("checksum") != checksum(ckpt):
             raise CheckpointError(

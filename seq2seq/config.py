@@ -198,7 +198,8 @@ class DecodingConfig:
                                 ("alpha", -10.0, 10.0), ("patience", 0.0, 100.0),
                                 ("temperature", 1e-6, 1e6)):
             if not low <= getattr(self, name) <= high:
-                raise ConfigError(f"DecodingConfig.{name} must be in [{low}, {high}], "
+                opening = "(" if name == "patience" else "["  # patience 0 is refused above
+                raise ConfigError(f"DecodingConfig.{name} must be in {opening}{low}, {high}], "
                                   f"got {getattr(self, name)}")
 
 
@@ -345,6 +346,9 @@ class OptimConfig:
         self.betas = tuple(self.betas)  # YAML gives lists
 
 
+MAX_WINDOW_MS = 1000.0  # a request never waits longer than this for others to join it
+
+
 @dataclass
 class ServeConfig:
     """``seq2seq-serve``: where it listens, how it merges requests, what one request may ask."""
@@ -364,8 +368,14 @@ class ServeConfig:
     def __post_init__(self) -> None:
         _positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads")
-        if self.window_ms < 0:
-            raise ConfigError(f"ServeConfig.window_ms must be >= 0, got {self.window_ms}")
+        # NaN passes every comparison and inf never ends the wait: requests would hang
+        if not 0 <= self.window_ms <= MAX_WINDOW_MS:
+            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
+                              f"(milliseconds), got {self.window_ms}")
+        for name in ("max_beam", "max_nbest"):
+            if getattr(self, name) > MAX_BEAM:
+                raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
+                                  f"own bound), got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
 

@@ -138,7 +138,7 @@ def test_two_checkpoints_one_table(ckpts, tmp_path, capsys, monkeypatch):
     assert rows[0].split()[0].endswith("/a/model.ckpt") and rows[1].split()[0].endswith("/b/model.ckpt")
     assert all(row.split()[1:4] == ["src.de", "de-en", str(len(SOURCES))] for row in rows)
     files = sorted((tmp_path / "hyps").iterdir())
-    assert [f.name for f in files] == ["a_model.src.de.hyp", "b_model.src.de.hyp"]
+    assert [f.name for f in files] == ["a_model.src.de.greedy.hyp", "b_model.src.de.greedy.hyp"]
     assert all(len(read(f)) == len(SOURCES) for f in files)
     assert read(files[0]) != read(files[1])  # two models, two outputs
     assert "[1/2]" in err and "[2/2]" in err  # progress lines (no --quiet)
@@ -156,7 +156,7 @@ def test_named_split_in_each_checkpoints_direction(ckpts, tmp_path, capsys):
     assert en_de["test_set"] == "multi30k/val en-de [first 3]"
     assert (Path(de_en["source"]), Path(de_en["reference"])) == (DATA / "val.de.gz", DATA / "val.en.gz")
     assert (Path(en_de["source"]), Path(en_de["reference"])) == (DATA / "val.en.gz", DATA / "val.de.gz")
-    assert Path(de_en["hypotheses"]).name == "model.multi30k.val.de-en.first3.hyp"
+    assert Path(de_en["hypotheses"]).name == "model.multi30k.val.de-en.first3.greedy.hyp"
     src, ref = _gz_lines(DATA / "val.de.gz", 3), _gz_lines(DATA / "val.en.gz", 3)
     hyps = Translator.from_checkpoint(ckpts["a"], decoding=DECODING).translate(src)
     assert read(Path(de_en["hypotheses"])) == hyps
@@ -170,7 +170,7 @@ def test_asked_direction_accepted(ckpts, tmp_path, capsys):
                               "--hyp-dir", tmp_path, "--quiet", *DECODE)
     assert code == 0, err
     assert "multi30k/test_2017_mscoco de-en [first 2]" in out
-    assert len(read(tmp_path / "model.multi30k.test_2017_mscoco.de-en.first2.hyp")) == 2
+    assert len(read(tmp_path / "model.multi30k.test_2017_mscoco.de-en.first2.greedy.hyp")) == 2
 
 
 def test_progress_bar_on_a_terminal(ckpts, tmp_path, capsys, monkeypatch):
@@ -179,7 +179,7 @@ def test_progress_bar_on_a_terminal(ckpts, tmp_path, capsys, monkeypatch):
     argv = ["-m", ckpts["a"], "--src-file", src, "--ref-file", src, "--hyp-dir", tmp_path, *DECODE]
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert "translate:" in evaluate(capsys, *argv)[2]  # tqdm's bar
-    assert evaluate(capsys, *argv, "--quiet")[2] == ""
+    assert evaluate(capsys, *argv, "--quiet", "--force")[2] == ""
 
 
 # ---------------------------------------------------------------- refusals: one line, exit 2

@@ -420,14 +420,15 @@ def test_ct2_overwrite_replaces_only_a_previous_export(ct2, tmp_path):
     out = tmp_path / "b"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    with pytest.raises(ValueError, match="not empty"):
-        to_ctranslate2(tiny(), out)
-    with pytest.raises(ValueError, match=r"output directory .*b holds 'keep.txt'"):
-        to_ctranslate2(tiny(), out, overwrite=True)
+    for overwrite in (False, True):  # what --force could not replace: refused either way
+        with pytest.raises(ValueError, match=r"output directory .*b holds 'keep.txt'"):
+            to_ctranslate2(tiny(), out, overwrite=overwrite)
     assert (out / "keep.txt").read_text() == "x"
     (out / "keep.txt").unlink()
     to_ctranslate2(tiny(), out)
     first = (out / "model.bin").read_bytes()
+    with pytest.raises(ValueError, match="holds an earlier ctranslate2 export; overwrite/--force replaces it"):
+        to_ctranslate2(tiny(), out)
     to_ctranslate2(tiny(positional="learned"), out, overwrite=True)  # a previous export: replaced
     assert (out / "model.bin").read_bytes() != first
     (out / "sub").mkdir()
@@ -597,8 +598,9 @@ def test_cli_force_never_deletes_the_checkpoint_or_other_files(to, tokenizers, t
     line = run_cli_error(capsys, "-m", str(other), "--to", to, "-o", str(folder), "--force")
     assert f"output directory {folder} holds '" in line and f"not a {to} export file" in line
     assert sorted(p.name for p in folder.iterdir()) == ["model.bin", "notes.txt"]
-    # Without --force a non-empty folder is refused too.
-    assert "not empty" in run_cli_error(capsys, "-m", str(other), "--to", to, "-o", str(folder))
+    # Without --force it is refused the same way: no hint at a --force that would not work.
+    line = run_cli_error(capsys, "-m", str(other), "--to", to, "-o", str(folder))
+    assert f"not a {to} export file" in line and "replaces it" not in line
 
 
 @pytest.mark.parametrize("to, package", [("ctranslate2", "ctranslate2"), ("hf-marian", "transformers")])

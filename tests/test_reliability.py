@@ -14,6 +14,7 @@ import pickle
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -232,7 +233,15 @@ def test_legacy_checkpoint_without_checksum_loads_and_the_shipped_model_is_seale
     del ckpt["seq2seq"]["checksum"]
     ckpt["seq2seq"]["format"] = 1  # what seq2seq 0.1 wrote
     torch.save(ckpt, tmp_path / "v1.ckpt")
-    load_checkpoint(tmp_path / "v1.ckpt")
+    with pytest.warns(UserWarning, match="format 1.*cannot be detected"):
+        load_checkpoint(tmp_path / "v1.ckpt")
+    code, _, err = run("average", ["-o", str(tmp_path / "sealed.ckpt"), str(tmp_path / "v1.ckpt")])
+    assert code == 0 and err.count("warning: ") == 1 and "format 1" in err, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # format 2, checksummed: no warning
+        sealed = load_checkpoint(tmp_path / "sealed.ckpt")
+    assert sealed["seq2seq"]["format"] == 2
+    assert all(torch.equal(sealed["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
     shipped = load_checkpoint(ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt")
     assert shipped["seq2seq"]["format"] == 2
     resealed = seal(copy.deepcopy(shipped))
@@ -349,6 +358,47 @@ def test_translate_paths(flags, words, work):
     assert_refused(run("translate", ["-m", str(work / "good.ckpt"), *flags]), "translate", *words)
 
 
+@pytest.mark.parametrize("target", ["the checkpoint", "the input", "a user file"])
+def test_plot_attention_replaces_only_an_earlier_plot(target, work, tmp_path):
+    """Never the checkpoint (-m), the --input file or another file of that name; an
+    earlier plot (a PNG) is replaced."""
+    ckpt, src = tmp_path / "m.ckpt", tmp_path / "src.txt"
+    ckpt.write_bytes((work / "good.ckpt").read_bytes())
+    src.write_text("Ein Hund.\n")
+    (tmp_path / "notes.txt").write_text("precious\n")
+    path = {"the checkpoint": ckpt, "the input": src, "a user file": tmp_path / "notes.txt"}[target]
+    before = snapshot(tmp_path)
+    words = ["is an input"] if target != "a user file" else ["not a PNG plot"]
+    assert_refused(run("translate", ["-m", str(ckpt), "--input", str(src),
+                                     "--plot-attention", str(path)]), "translate", *words)
+    assert snapshot(tmp_path) == before
+    plot = tmp_path / "attn.png"
+    for _ in range(2):  # the second run replaces the first one's plot
+        code, out, err = run("translate", ["-m", str(ckpt), "--input", str(src), "--plot-attention", str(plot)])
+        assert code == 0 and out.count("\n") == 1, err
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_lone_carriage_returns_are_counted_not_silent(work):
+    stdin = b"Ein Hund.\rZwei Katzen.\rDrei V\xc3\xb6gel.\r\nEine Frau.\r\n"
+    code, out, err = run("translate", ["-m", str(work / "good.ckpt")], stdin)
+    assert code == 0 and out.count("\n") == 2  # LF ends a line; CRLF is one line end
+    assert "1 input line(s) hold a carriage return" in err and err.count("warning:") == 1, err
+    code, out, err = run("translate", ["-m", str(work / "good.ckpt")], b"Ein Hund.\r\nEine Frau.\n")
+    assert code == 0 and out.count("\n") == 2 and "carriage return" not in err
+
+
+def test_min_len_beyond_the_length_limit_is_said(work):
+    """Forced EOS wins over --min-len: where the limit is at or below it, the output stops
+    at the limit unfinished, with a warning counting those sentences (not silently)."""
+    args = ["-m", str(work / "good.ckpt"), "--max-len-a", "0", "--max-len-b", "5"]
+    code, out, err = run("translate", [*args, "--min-len", "5", "Ein Hund.", "Zwei Katzen.", "  "])
+    assert code == 0 and out.count("\n") == 3
+    assert "2 sentence(s) have a length limit" in err and "--min-len 5" in err, err
+    code, out, err = run("translate", [*args, "--min-len", "4", "Ein Hund."])
+    assert code == 0 and "length limit" not in err, err
+
+
 def test_directory_as_checkpoint_says_so(work):
     assert_refused(run("translate", ["-m", str(work), "x"]), "translate", "is a directory")
 
@@ -372,6 +422,25 @@ def test_evaluate_outputs_checked_before_decoding(target, work, tmp_path, monkey
             "--ref-file", str(work / "ref.en"), "--quiet", *out]
     assert_refused(run("evaluate", argv), "evaluate", out[0])
     assert snapshot(work) == before
+
+
+def test_evaluate_replaces_earlier_outputs_only_with_force(work, tmp_path):
+    """A hypothesis or --json file that exists is refused before decoding (a user's file
+    of that name must not vanish); --force replaces it. Greedy and beam outputs of one
+    model and test set get different names, so neither replaces the other."""
+    argv = ["-m", str(work / "good.ckpt"), "--src-file", str(work / "src.de"),
+            "--ref-file", str(work / "ref.en"), "--quiet", "--hyp-dir", str(tmp_path),
+            "--max-len-b", "3", "--max-len-a", "0"]
+    hyp = tmp_path / "good.src.de.greedy.hyp"
+    hyp.write_text("precious\n")
+    assert_refused(run("evaluate", argv), "evaluate", "exists", "--force")
+    assert hyp.read_text() == "precious\n"
+    code, _, err = run("evaluate", [*argv, "--force"])
+    assert code == 0, err
+    assert hyp.read_text() != "precious\n"
+    code, _, err = run("evaluate", [*argv, "--beam", "2"])
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.glob("*.hyp")) == ["good.src.de.beam2.hyp", hyp.name]
 
 
 # ---------------------------------------------------------------- average
@@ -406,7 +475,8 @@ def test_average_last_n_counts_each_step_once_and_warns_when_short(snapshots, tm
 @pytest.mark.parametrize("case", ["output is a directory", "output is an input", "output exists",
                                   "output under a file", "--last 0", "folder without --last",
                                   "--last with two folders", "empty folder", "incomplete weights",
-                                  "wrong shape", "mixed dtypes", "other tokenizer"])
+                                  "wrong shape", "mixed dtypes", "other tokenizer",
+                                  "one file twice"])
 def test_average_refusals(case, work, snapshots, tmp_path, other_tokenizers):
     good, good2 = str(work / "good.ckpt"), str(work / "good2.ckpt")
     key = "model.decoder.layers.0.cross_attn.w_q.weight"
@@ -430,6 +500,8 @@ def test_average_refusals(case, work, snapshots, tmp_path, other_tokenizers):
                                      str(snapshots)], ["one folder"]),
         "empty folder": (["-o", str(tmp_path / "a.ckpt"), "--last", "2", str(tmp_path / "empty")],
                          ["no step checkpoints"]),
+        "one file twice": (["-o", str(tmp_path / "a.ckpt"), good, good2,
+                            str(Path(good).parent / "." / Path(good).name)], ["same file", "once"]),
     }.get(case, (None, None))
     if case in variants:
         _save_variant(Path(good2), tmp_path / "v.ckpt", variants[case])

@@ -258,6 +258,11 @@ BAD = [  # (endpoint, body (dict or raw bytes), status, words the detail must co
     ("/translate", b'{"texts": ["' + b"x" * 600_000 + b'"]}', 413, "request body over"),
     ("/attention", {"text": "   "}, 422, "nothing to translate"),
     ("/attention", {"text": "x", "beam": "wide"}, 422, "beam:"),
+    ("/translate", {"texts": ["x"], "beam": True}, 422, "beam: Input should be a valid integer"),
+    ("/translate", {"texts": ["x"], "lenpen": True}, 422, "lenpen: Value error, expected a number"),
+    ("/translate", {"texts": ["x"], "sample": 1}, 422, "sample: Input should be a valid boolean"),
+    ("/translate", b'{"texts": ["ok", "\\ud800"]}', 422, "text 1 contains a lone UTF-16 surrogate"),
+    ("/attention", b'{"text": "a\\udfffb"}', 422, "lone UTF-16 surrogate"),
 ]
 
 
@@ -309,8 +314,12 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
     busy, port = _busy_port()
     cases = [  # (argv, words in the message)
         (["-m", str(tmp_path / "missing.ckpt"), "--port", "0"], "missing.ckpt: no such file"),
-        (["-m", str(SHIPPED), "--port", "70000"], "ServeConfig.port must be in [0, 65535]"),
-        (["-m", str(SHIPPED), "--window-ms", "-1"], "ServeConfig.window_ms must be >= 0"),
+        (["-m", str(SHIPPED), "--port", "70000"], "--port must be in [0, 65535]"),
+        (["-m", str(SHIPPED), "--window-ms", "-1"], "--window-ms must be in [0, 1000.0]"),
+        (["-m", str(SHIPPED), "--window-ms", "inf"], "--window-ms must be in [0, 1000.0]"),
+        (["-m", str(SHIPPED), "--window-ms", "nan"], "--window-ms must be in [0, 1000.0]"),
+        (["-m", str(SHIPPED), "--max-beam", "5000"], "--max-beam must be <= 1000"),
+        (["-m", str(SHIPPED), "--window-ms", "soon"], "--window-ms: invalid float value"),
         (["-m", str(SHIPPED), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
         (["-m", f"m={SHIPPED}", "-m", f"m={SHIPPED}", "--port", "0"], "a model named 'm' was given twice"),
         (["-m", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),

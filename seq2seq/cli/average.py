@@ -81,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _each_once(paths: list[Path]) -> None:
+    """A file named twice (``a.ckpt ./a.ckpt``) would silently get twice the weight."""
+    seen: dict[tuple[int, int], Path] = {}
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # missing or unreadable: load_checkpoint says so, naming it
+        if (st.st_dev, st.st_ino) in seen:
+            raise ValueError(f"{p} is the same file as {seen[st.st_dev, st.st_ino]}: each "
+                             "checkpoint counts once in an average; name it once")
+        seen[st.st_dev, st.st_ino] = p
+
+
 def inputs(args: argparse.Namespace) -> list[Path]:
     """The checkpoint files to average (one line on stderr when fewer than asked for)."""
     paths = [Path(p) for p in args.inputs]
@@ -90,6 +104,7 @@ def inputs(args: argparse.Namespace) -> list[Path]:
         if folders:
             raise ValueError(f"{folders[0]} is a directory: give checkpoint files, or the folder "
                              "with --last N or --best N")
+        _each_once(paths)
         return paths
     if len(paths) != 1 or not paths[0].is_dir():
         raise ValueError(f"--{'last' if args.last else 'best'} takes exactly one folder of "

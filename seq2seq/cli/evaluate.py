@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the hypotheses, always written, one file per checkpoint and "
                         "test set, CKPT.TESTSET.hyp (default: the --json file's folder, else "
                         f"./{DEFAULT_HYP_DIR})")
+    o.add_argument("--force", action="store_true",
+                   help="replace hypothesis and --json files that exist already (an earlier "
+                        "evaluation); without it they are refused before any decoding")
     o.add_argument("--quiet", action="store_true", help="no progress bar or progress lines on stderr")
     add_decoding_args(ap)
     return ap
@@ -268,6 +271,14 @@ def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) ->
                              "choose another output")
         if out.is_dir():
             raise ValueError(f"{option}: {out} is a directory; it must be a file")
+        if out.exists() and not args.force:
+            raise ValueError(f"{option}: {out} exists (an earlier evaluation?); --force "
+                             "replaces it, or choose another folder or file")
+
+
+def search_name(decoding: DecodingConfig) -> str:
+    """For file names: greedy and beam outputs of one model and test set must not collide."""
+    return f"beam{decoding.beam_size}" if decoding.method == "beam" else decoding.method
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -283,7 +294,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         if pair not in test_sets:
             test_sets[pair] = load_test_set(args, *pair)
         test = test_sets[pair]
-        plan.append((path, test, hyp_dir / f"{name}.{test.key}.hyp"))
+        plan.append((path, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp"))
     check_outputs(args, plan, hyp_dir)
     for note in ignored_options(args, decoding):
         print(f"{PROG}: warning: {note}", file=sys.stderr)

@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.quantization and args.to != "ctranslate2":
         ap.error("--quantization is only supported with --to ctranslate2")
+    if not args.output.strip():  # Path("") is ".": the working directory, never meant
+        ap.error("--output: empty folder name; give the folder to create")
     try:
         from seq2seq.export import export
 

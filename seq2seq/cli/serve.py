@@ -17,8 +17,8 @@ import ipaddress
 import socket
 import sys
 
-from seq2seq.cli.common import add_model_argument, run_command
-from seq2seq.config import ServeConfig
+from seq2seq.cli.common import Parser, add_model_argument, run_command
+from seq2seq.config import ConfigError, ServeConfig
 
 PROG = "seq2seq-serve"
 
@@ -37,8 +37,7 @@ _OPTIONS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap, append=True, metavar="[NAME=]CKPT",
                        help="a checkpoint to serve (repeat -m for several models)")
     d = ServeConfig()
@@ -53,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
     given = {k: getattr(args, k) for k in _OPTIONS if getattr(args, k) is not None}
-    return dataclasses.replace(ServeConfig(), **given)
+    try:
+        return dataclasses.replace(ServeConfig(), **given)
+    except ConfigError as e:  # name the flag, not the field: "ServeConfig.window_ms" -> "--window-ms"
+        field = str(e).split()[0].removeprefix("ServeConfig.")
+        raise ValueError(str(e).replace(f"ServeConfig.{field}", "--" + field.replace("_", "-"), 1)) from None
 
 
 def _is_loopback(host: str) -> bool:

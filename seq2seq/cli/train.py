@@ -186,7 +186,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         build_cli(args, startup=startup)
     except REFUSALS as e:  # bad options, files or checkpoints: one line, exit status 2
-        fail(e)
+        fail(e, args)
     finally:
         startup.close()
         # Tear gloo down before interpreter exit: left to atexit, a rank can abort with

@@ -69,9 +69,29 @@ class StartupLogs(logging.Filter, Callback):
             logging.getLogger(name).removeFilter(self)
 
 
-def fail(e: BaseException) -> NoReturn:
-    print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+def fail(e: BaseException, argv: list[str] | None = None) -> NoReturn:
+    message = one_line(e)
+    if '"<unicode string>"' in message:  # jsonargparse parsed the file's text: name the file
+        message = message.replace('"<unicode string>"', _broken_config(argv) or "a --config file")
+    print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def _broken_config(argv: list[str] | None) -> str | None:
+    """The first ``--config FILE`` of ``argv`` (default ``sys.argv``) that is no valid YAML."""
+    import yaml
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    files += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in files:
+        try:
+            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+        except yaml.YAMLError:
+            return path
+    return None
 
 
 def one_line(e: BaseException) -> str:

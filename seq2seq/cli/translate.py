@@ -15,10 +15,12 @@ import argparse
 import dataclasses
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from pathlib import Path
 
 from seq2seq.cli.common import (
     Parser,
@@ -143,7 +145,7 @@ class _Lines:
     ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines."""
 
     def __init__(self, stream) -> None:
-        self.stream, self.invalid = stream, 0
+        self.stream, self.invalid, self.lone_cr = stream, 0, 0
 
     def __iter__(self) -> Iterator[str]:
         for raw in self.stream:  # binary: split on b"\n" only
@@ -152,7 +154,10 @@ class _Lines:
             except UnicodeDecodeError:
                 line = raw.decode("utf-8", errors="replace")
                 self.invalid += 1
-            yield line[:-1].removesuffix("\r") if line.endswith("\n") else line
+            line = line[:-1].removesuffix("\r") if line.endswith("\n") else line
+            if "\r" in line:  # old Mac line ends? They do not end lines here: count them
+                self.lone_cr += 1
+            yield line
 
 
 def _open_input(args) -> Iterable[str]:
@@ -193,6 +198,25 @@ def _format(result, fmt: str) -> str:
     }, ensure_ascii=False)
 
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def check_plot_file(path: str, inputs: list[str | None]) -> None:
+    """``--plot-attention FILE`` replaces an earlier plot (a PNG file), nothing else: not
+    the checkpoint, not the input, not any other file that happens to have that name."""
+    check_output_file(path, "--plot-attention")
+    p = Path(path)
+    if not p.exists():
+        return
+    if any(i and Path(i).exists() and os.path.samefile(p, i) for i in inputs):
+        raise ValueError(f"--plot-attention {path}: is an input of this command; choose "
+                         "another file name")
+    with open(p, "rb") as f:
+        if f.read(len(PNG_MAGIC)) != PNG_MAGIC:
+            raise ValueError(f"--plot-attention {path}: exists and is not a PNG plot; it is "
+                             "only replaced when it is one: choose another file name")
+
+
 def _plot_first(translator, lines: list[str], path: str) -> None:
     from seq2seq.plotting import plot_attention
 
@@ -215,7 +239,7 @@ def run(args) -> None:
     decoding = decoding_from_args(args)
     check_device(args.device)
     if args.plot_attention:
-        check_output_file(args.plot_attention, "--plot-attention")
+        check_plot_file(args.plot_attention, [args.checkpoint, args.input])
     lines = _open_input(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
     for note in ignored_options(args, decoding):
@@ -234,6 +258,10 @@ def run(args) -> None:
     if getattr(lines, "invalid", 0):
         print(f"{PROG}: warning: {lines.invalid} input line(s) were not valid UTF-8; their "
               "invalid bytes were replaced by U+FFFD", file=sys.stderr)
+    if getattr(lines, "lone_cr", 0):
+        print(f"{PROG}: warning: {lines.lone_cr} input line(s) hold a carriage return (CR) not "
+              "followed by LF; only LF ends a line, so each was translated as one line (for "
+              "CR-only line ends, convert first: tr '\\r' '\\n')", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

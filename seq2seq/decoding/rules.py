@@ -30,10 +30,14 @@ def truncate_source(ids: Sequence[int], max_positions: int) -> list[int]:
 
 def max_lengths(src: Tensor, decoding: DecodingConfig, pad_id: int, max_positions: int) -> Tensor:
     """``(B,)`` longest output (tokens before EOS) per sentence: ``a*|src| + b``, capped."""
-    src_len = (src != pad_id).sum(1).double()
+    return length_limits((src != pad_id).sum(1), decoding, max_positions)
+
+
+def length_limits(src_len: Tensor, decoding: DecodingConfig, max_positions: int) -> Tensor:
+    """:func:`max_lengths` from source lengths ``(B,)`` (EOS included)."""
     # Capped in float64 before the cast: a huge a or b (1e30) must mean "the model's
     # limit", not wrap around int64 to a length of 1.
-    limit = torch.floor(decoding.max_len_a * src_len + float(decoding.max_len_b))
+    limit = torch.floor(decoding.max_len_a * src_len.double() + float(decoding.max_len_b))
     return limit.clamp(1, max_positions - 1).long()
 
 

@@ -25,7 +25,7 @@ from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
-from seq2seq.decoding.rules import truncate_source
+from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import search
 from seq2seq.model import Attentions, Seq2Seq
 
@@ -120,7 +120,22 @@ class Translator:
         if cut:
             msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
             warnings.warn(msg, stacklevel=3)
+        self._warn_min_len([len(ids[i]) + 1 for i in full])
         return ids
+
+    def _warn_min_len(self, src_lens: list[int]) -> None:
+        """Forced EOS wins over ``min_len``: where the length limit is at or below it, the
+        output is cut at the limit, never ended by the model. Say so rather than cut silently."""
+        m = self.decoding.min_len
+        if not m or not src_lens:
+            return
+        limits = length_limits(torch.tensor(src_lens), self.decoding, self.model.arch.max_positions)
+        short = int((limits <= m).sum())
+        if short:
+            warnings.warn(f"{short} sentence(s) have a length limit (max_len_a * source + "
+                          f"max_len_b, at most {self.model.arch.max_positions - 1}) at or below "
+                          f"--min-len {m}: their outputs stop at that limit, unfinished",
+                          stacklevel=4)
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
         """Indices of ``todo`` packed within ``max_tokens`` padded source tokens (+ EOS)."""

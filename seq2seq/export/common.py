@@ -88,8 +88,8 @@ def prepare_dir(
 
 def _check_replaceable(out: Path, entries: list[Path], overwrite: bool, fmt: str,
                        is_product: Callable[[str], bool], source: Path | None) -> None:
-    if not overwrite:
-        raise ValueError(f"output directory {out} is not empty (use overwrite/--force)")
+    # What --force could never replace is refused first, so the hint to use it is only
+    # given where it would work.
     if source is not None and source.resolve().is_relative_to(out.resolve()):
         raise ValueError(
             f"output directory {out} holds the input checkpoint {source}; "
@@ -112,6 +112,9 @@ def _check_replaceable(out: Path, entries: list[Path], overwrite: bool, fmt: str
             f"{MARKER} marker for it); overwrite/--force only replaces such a folder: "
             "choose another output folder"
         )
+    if not overwrite:
+        raise ValueError(f"output directory {out} holds an earlier {fmt} export; "
+                         "overwrite/--force replaces it")
 
 
 # ---------------------------------------------------------------- vocabularies

@@ -19,7 +19,15 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    StrictBool,
+    StrictInt,
+    field_validator,
+)
 
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.config import DecodingConfig, ServeConfig
@@ -35,29 +43,60 @@ class DecodingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Strict: JSON true is not beam 1, nor "5" a beam of 5 (lax pydantic would take both).
     model: str | None = Field(None, description="a name from /models (default: the first)")
-    beam: int | None = Field(None, description="beam size; 1 = greedy")
-    nbest: int | None = None
+    beam: StrictInt | None = Field(None, description="beam size; 1 = greedy")
+    nbest: StrictInt | None = None
     lenpen: FiniteFloat | None = None
     length_penalty: str | None = None
     max_len_a: FiniteFloat | None = Field(None, le=1000)
-    max_len_b: int | None = Field(None, le=1_000_000)
-    min_len: int | None = Field(None, le=1_000_000)
+    max_len_b: StrictInt | None = Field(None, le=1_000_000)
+    min_len: StrictInt | None = Field(None, le=1_000_000)
     stopping: str | None = None
     patience: FiniteFloat | None = None
-    sample: bool = False
+    sample: StrictBool = False
     temperature: FiniteFloat | None = None
-    topk: int | None = Field(None, le=1_000_000)
+    topk: StrictInt | None = Field(None, le=1_000_000)
     topp: FiniteFloat | None = None
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
+
+    @field_validator("lenpen", "max_len_a", "patience", "temperature", "topp", mode="before")
+    @classmethod
+    def _number_not_bool(cls, value):
+        if isinstance(value, bool):  # JSON true/false would pass as 1.0/0.0
+            raise ValueError("expected a number, got a boolean")
+        return value
+
+
+def _unicode(text: str) -> str:
+    """JSON may carry lone UTF-16 surrogates ("\\ud800"), which are no text: refused, not
+    passed on to the tokenizer (which raised a TypeError: a 500)."""
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        raise ValueError("contains a lone UTF-16 surrogate (not valid Unicode)")
+    return text
 
 
 class TranslateRequest(DecodingOptions):
     texts: list[str]
 
+    @field_validator("texts")
+    @classmethod
+    def _texts_are_unicode(cls, texts: list[str]) -> list[str]:
+        for i, text in enumerate(texts):
+            try:
+                _unicode(text)
+            except ValueError as e:
+                raise ValueError(f"text {i} {e}") from None
+        return texts
+
 
 class AttentionRequest(DecodingOptions):
     text: str
+
+    @field_validator("text")
+    @classmethod
+    def _text_is_unicode(cls, text: str) -> str:
+        return _unicode(text)
 
 
 # ---------------------------------------------------------------- request checks
