@@ -337,3 +337,44 @@ def test_cuda_matches_cpu(method):
     gpu = search(model.cuda(), src.cuda(), cfg, need_attention=True)
     assert tokens(cpu) == tokens(gpu)
     assert gpu.output.is_cuda and gpu.attentions[0].decoder_cross[0].is_cuda
+
+
+# ---------------------------------------------------------------- row_topk
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from seq2seq.decoding import beam as beam_module  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(R=st.integers(1, 6), V=st.integers(1, 900), k=st.integers(1, 12), chunk=st.integers(1, 40),
+       seed=st.integers(0, 2**31 - 1), n_inf=st.integers(0, 900), ties=st.booleans())
+def test_row_topk_equals_torch_topk(R, V, k, chunk, seed, n_inf, ties):
+    """Values exactly torch.topk's, sorted; indices distinct and pointing at those values;
+    with -inf entries (masked tokens, forced steps) and ties (rounded values) too."""
+    k = min(k, V)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(R, V, generator=g)
+    if ties:
+        x = (x * 2).round() / 2
+    x.view(-1)[torch.randperm(R * V, generator=g)[: min(n_inf, R * V - R)]] = float("-inf")
+    values, idx = beam_module.row_topk(x, k, chunk)
+    want = x.topk(k, dim=1).values
+    assert torch.equal(values, want)
+    assert torch.equal(x.gather(1, idx), values)
+    assert all(len(set(row)) == k for row in idx.tolist())
+
+
+def test_beam_with_chunked_topk_equals_plain_topk(monkeypatch):
+    """A vocabulary large enough for the chunked path: the same beams, scores and n-best
+    as with torch.topk over whole rows."""
+    model = tiny_model(src_vocab_size=3000, tgt_vocab_size=3000)
+    src = mixed_src()
+    decoding = dcfg(method="beam", beam_size=4, nbest=4, max_len_a=1.0, max_len_b=2)
+    fast = beam_module.beam_search(model, src, decoding)
+    monkeypatch.setattr(beam_module, "row_topk", lambda x, k, chunk=0: x.topk(k, dim=1))
+    plain = beam_module.beam_search(model, src, decoding)
+    assert torch.equal(fast[1], plain[1])
+    assert [[(h.tokens, h.score) for h in hs] for hs in fast[0]] == \
+        [[(h.tokens, h.score) for h in hs] for hs in plain[0]]
+    assert len({len(h.tokens) for hs in fast[0] for h in hs}) > 3  # per-sentence limits differ

@@ -115,6 +115,39 @@ class _Candidates:
     tokens: Tensor  # (N, 2K, T) its ids so far
 
 
+ROW_CHUNK = 64  # vocabulary entries per chunk in :func:`row_topk` (measured: 32-100 alike)
+
+
+def row_topk(x: Tensor, k: int, chunk: int = ROW_CHUNK) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=1)`` of ``x (R, V)``, sorted: values ``(R, k)`` and indices, read
+    mostly from ``k`` chunks of each row instead of all ``V`` entries.
+
+    Cut each row into chunks of ``chunk`` entries. An entry among the row's top k has at
+    most k entries >= it, so at most k chunks have a maximum >= it, and its own chunk is
+    one of them: the top k lie in the k chunks with the largest maxima. So: one max per
+    chunk, the top k chunks, the top k of their ``k * chunk`` entries (plus the row's tail
+    past the last whole chunk). At V = 8000, k = 10 this takes ~0.6x torch.topk's time on
+    CPU, where topk of the vocabulary was the largest single cost of a beam step. Among
+    exactly equal values the index chosen may differ from ``torch.topk``'s (which is
+    unspecified there too)."""
+    R, V = x.shape
+    G = V // chunk
+    if G < 4 * k:  # few chunks: nothing to save
+        return x.topk(k, dim=1)
+    body = x[:, : G * chunk].view(R, G, chunk)
+    top_chunks = body.amax(dim=2).topk(k, dim=1).indices  # (R, k)
+    rows = torch.arange(R, device=x.device)[:, None]
+    cand = body[rows, top_chunks].view(R, k * chunk)
+    offsets = torch.arange(chunk, device=x.device)
+    cand_idx = (top_chunks[..., None] * chunk + offsets).view(R, k * chunk)
+    if G * chunk < V:  # the tail is always a candidate
+        cand = torch.cat((cand, x[:, G * chunk :]), dim=1)
+        tail = torch.arange(G * chunk, V, device=x.device).expand(R, -1)
+        cand_idx = torch.cat((cand_idx, tail), dim=1)
+    values, i = cand.topk(k, dim=1)
+    return values, cand_idx.gather(1, i)
+
+
 def _candidates(beams: _Beams, lprobs: Tensor, t: int) -> _Candidates:
     """Extend every beam by every token (``lprobs (N*K, V)``) and keep the top 2K.
 
@@ -123,7 +156,7 @@ def _candidates(beams: _Beams, lprobs: Tensor, t: int) -> _Candidates:
     ``(N, K, 2K)`` scores are formed: no pass over all ``K x V`` to add the beam scores."""
     N, K = beams.scores.shape
     C = min(2 * K, lprobs.shape[-1])
-    row_top, row_tok = lprobs.topk(C, dim=1)  # (N*K, C) each
+    row_top, row_tok = row_topk(lprobs, C)  # (N*K, C) each
     total = (row_top.view(N, K, C) + beams.scores[..., None]).view(N, K * C)
     scores, idx = total.topk(min(2 * K, K * C), dim=1)  # sorted
     origin, tok = idx // C, row_tok.view(N, K * C).gather(1, idx)

@@ -61,7 +61,9 @@ class DecoderRows:
             else:
                 self.prefix = torch.cat((self.prefix, tokens[:, None]), dim=1)
                 logits, _ = self.model.decode(self.prefix, self.memory, self.memory_mask)
-            return torch.log_softmax(logits[:, -1].float(), dim=-1)  # (R, V), fresh
+            # (R, V), written over this step's own logits: no second R x V buffer per step
+            last = logits[:, -1].float()
+            return torch.log_softmax(last, dim=-1, out=last)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
