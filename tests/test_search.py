@@ -136,11 +136,16 @@ class Bigram(Seq2Seq):
         super().__init__(ModelConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=8, n_heads=2,
                                      d_ff=8, encoder_layers=1, decoder_layers=1, dropout=0.0))
         self.table = table
+        # The "state" of a position is its input token, one-hot; the output layer looks its
+        # row up (one-hot x table is exact), so decode = output(decode_hidden) still holds.
+        self.output = torch.nn.Linear(V, V, bias=False)
+        with torch.no_grad():
+            self.output.weight.copy_(table.T)
         self.eval()
 
-    def decode(self, tgt, memory, memory_mask, cache=None, weights=None):
-        _, cache = super().decode(tgt, memory, memory_mask, cache, weights)
-        return self.table[tgt], cache  # (B, L, V) from each position's input token
+    def decode_hidden(self, tgt, memory, memory_mask, cache=None, weights=None):
+        _, cache = super().decode_hidden(tgt, memory, memory_mask, cache, weights)
+        return torch.nn.functional.one_hot(tgt, self.table.shape[0]).float(), cache
 
     @classmethod
     def random(cls, seed: int, V: int = 24) -> Bigram:
@@ -365,16 +370,21 @@ def test_row_topk_equals_torch_topk(R, V, k, chunk, seed, n_inf, ties):
     assert all(len(set(row)) == k for row in idx.tolist())
 
 
-def test_beam_with_chunked_topk_equals_plain_topk(monkeypatch):
-    """A vocabulary large enough for the chunked path: the same beams, scores and n-best
-    as with torch.topk over whole rows."""
+@pytest.mark.parametrize("block_rows", [1, 7, 10**6])
+def test_beam_with_chunked_topk_and_row_blocks_equals_plain_topk(monkeypatch, block_rows):
+    """A vocabulary large enough for the chunked top-k, log-probs formed in blocks of
+    ``block_rows`` rows (one row, blocks that split a sentence's beams, all at once): the
+    same beams, scores and n-best as torch.topk over all rows at once."""
     model = tiny_model(src_vocab_size=3000, tgt_vocab_size=3000)
     src = mixed_src()
-    decoding = dcfg(method="beam", beam_size=4, nbest=4, max_len_a=1.0, max_len_b=2)
+    decoding = dcfg(method="beam", beam_size=4, nbest=4, max_len_a=1.0, max_len_b=2, min_len=2)
+    monkeypatch.setattr(beam_module, "LOGITS_BLOCK", 3000 * block_rows)
     fast = beam_module.beam_search(model, src, decoding)
+    monkeypatch.setattr(beam_module, "LOGITS_BLOCK", 10**12)
     monkeypatch.setattr(beam_module, "row_topk", lambda x, k, chunk=0: x.topk(k, dim=1))
     plain = beam_module.beam_search(model, src, decoding)
     assert torch.equal(fast[1], plain[1])
-    assert [[(h.tokens, h.score) for h in hs] for hs in fast[0]] == \
-        [[(h.tokens, h.score) for h in hs] for hs in plain[0]]
+    assert [[h.tokens for h in hs] for hs in fast[0]] == [[h.tokens for h in hs] for hs in plain[0]]
+    for hs, ps in zip(fast[0], plain[0]):  # a 1-row matmul rounds apart from a 1000-row one
+        assert [h.score for h in hs] == pytest.approx([h.score for h in ps], abs=1e-4)
     assert len({len(h.tokens) for hs in fast[0] for h in hs}) > 3  # per-sentence limits differ

@@ -55,15 +55,26 @@ class DecoderRows:
         self.prefix = None if use_cache else memory.new_zeros((memory.shape[0], 0), dtype=torch.long)
 
     def step(self, tokens: Tensor) -> Tensor:
+        """Feed ``tokens (R,)``: the next-token log-probs ``(R, V)``."""
+        return self.log_probs(self.hidden(tokens))
+
+    def hidden(self, tokens: Tensor) -> Tensor:
+        """Feed ``tokens (R,)``: each row's last decoder state ``(R, d_model)``, before the
+        output projection (which :meth:`log_probs` applies, to all rows or a block)."""
         with phase("seq2seq.decode_step"):
             if self.cache is not None:
-                logits, self.cache = self.model.decode(tokens[:, None], None, None, self.cache)
+                h, self.cache = self.model.decode_hidden(tokens[:, None], None, None, self.cache)
             else:
                 self.prefix = torch.cat((self.prefix, tokens[:, None]), dim=1)
-                logits, _ = self.model.decode(self.prefix, self.memory, self.memory_mask)
-            # (R, V), written over this step's own logits: no second R x V buffer per step
-            last = logits[:, -1].float()
-            return torch.log_softmax(last, dim=-1, out=last)
+                h, _ = self.model.decode_hidden(self.prefix, self.memory, self.memory_mask)
+            return h[:, -1]
+
+    def log_probs(self, hidden: Tensor) -> Tensor:
+        """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)``: the projection's
+        output is normalized in place (no second r x V buffer)."""
+        with phase("seq2seq.output_projection"):
+            logits = self.model.output(hidden).float()
+        return torch.log_softmax(logits, dim=-1, out=logits)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
