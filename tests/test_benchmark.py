@@ -248,7 +248,7 @@ def test_vocab_section_rows_follow_from_their_own_tokenizers(ckpt, tmp_path):
     assert small["split_tgt_pieces_per_pair"] > large["split_tgt_pieces_per_pair"]
     for row in res["rows"]:
         assert row["target_tokens"] <= 2 * 256
-        assert row["pairs_per_s"] == pytest.approx(row["tok_per_s"] / row["tgt_pieces_per_sentence"])
+        assert row["pairs_per_s"] == pytest.approx(row["tok_per_s"] / row["split_tgt_pieces_per_pair"])
         assert row["epoch_s"] == pytest.approx(row["split_pairs"] / row["pairs_per_s"])
         assert row["pairs_gain"] == pytest.approx(row["pairs_per_s"] / small["pairs_per_s"])
     table = R.vocab_table(res, "vocab")
