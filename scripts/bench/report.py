@@ -126,5 +126,8 @@ def split_table(result: dict, title: str) -> str:
              fmt(r["tokens_per_update"], ".0f"), fmt(r["gain"], ".2f"),
              " / ".join(f"{x:.0f}" for x in r["all_tok_per_s"])] for r in result["rows"]]
     notes = [f"updates {result['skip']} to {result['steps']} of a fresh run each (start-up, "
-             "data loading and the first updates excluded); median run of each split"]
+             "data loading and the first updates excluded); median run of each split",
+             "DDP's second rank is started by the first (a grandchild of the benchmark, never "
+             "waited for by it), so the 'other processes' CPU below counts it: about half a "
+             "core over the section is that rank, not other work"]
     return format_table(title, header, rows, notes)
