@@ -39,6 +39,11 @@ def training_batches(ckpt: dict, data_dir: str | os.PathLike, cache_dir: str | o
                                       cache_dir=str(cache_dir), seed=seed))
     dm.use_tokenizers(TokenizerPair.from_state(meta["tokenizers"]))
     dm.setup("fit")
+    return first_batches(dm, n)
+
+
+def first_batches(dm, n: int) -> list:
+    """The first ``n`` batches of ``dm``'s training loader (set up)."""
     batches = []
     for batch in dm.train_dataloader():
         batches.append(batch)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from scripts.bench.train import OPTIM, ours_train_step, train_row
+from scripts.bench.train import OPTIM, first_batches, ours_train_step, train_row
 from seq2seq.config import DataConfig, ModelConfig, TokenizerConfig, from_dict
 from seq2seq.model import Seq2Seq
 
@@ -36,11 +36,7 @@ def vocab_batches(ckpt: dict, vocab_size: int, data_dir: str | os.PathLike,
         tokenizer=TokenizerConfig(vocab_size=vocab_size)))
     dm.prepare_data()
     dm.setup("fit")
-    batches = []
-    for batch in dm.train_dataloader():
-        batches.append(batch)
-        if len(batches) == n:
-            break
+    batches = first_batches(dm, n)
     split = {"pairs": len(dm.train_dataset),
              "tgt_pieces": int(column(dm.train_dataset, "tgt_len").sum())}
     return batches, split
