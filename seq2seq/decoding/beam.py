@@ -107,20 +107,12 @@ class _Beams:
 
 @dataclass
 class _Candidates:
-    """The top 2K extensions of each active sentence, best first (their ids so far are
-    formed only for those that become beams or finish: :func:`_extended`)."""
+    """The top 2K extensions of each active sentence, best first."""
 
     scores: Tensor  # (N, 2K)
     origin: Tensor  # (N, 2K) the beam each extends
     tok: Tensor  # (N, 2K) the token it adds
-
-
-def _extended(beam_tokens: Tensor, origin: Tensor, tok: Tensor, t: int) -> Tensor:
-    """Ids ``(n, c, T)`` of candidates ``origin``/``tok (n, c)`` of beams with ids
-    ``beam_tokens (n, K, T)``: their beam's ids with ``tok`` at step ``t``."""
-    tokens = beam_tokens.gather(1, origin[..., None].expand(-1, -1, beam_tokens.shape[2]))
-    tokens[:, :, t] = tok
-    return tokens
+    tokens: Tensor  # (N, 2K, T) its ids so far
 
 
 ROW_CHUNK = 64  # vocabulary entries per chunk in :func:`row_topk` (measured: 32-100 alike)
@@ -197,19 +189,22 @@ def _candidates(beams: _Beams, row_top: Tensor, row_tok: Tensor, t: int) -> _Can
     total = (row_top.view(N, K, C) + beams.scores[..., None]).view(N, K * C)
     scores, idx = total.topk(min(2 * K, K * C), dim=1)  # sorted
     origin, tok = idx // C, row_tok.view(N, K * C).gather(1, idx)
-    return _Candidates(scores, origin, tok)
+    tokens = beams.tokens.gather(1, origin[..., None].expand(-1, -1, beams.tokens.shape[2]))
+    tokens[:, :, t] = tok
+    return _Candidates(scores, origin, tok, tokens)
 
 
-def _next_beams(beams: _Beams, cand: _Candidates, eos: int, t: int) -> tuple[_Beams, Tensor]:
+def _next_beams(beams: _Beams, cand: _Candidates, eos: int) -> tuple[_Beams, Tensor]:
     """The K best non-EOS candidates become the beams (topk is sorted: order by rank).
     Returns them and each new beam's parent row ``(N, K)`` among the old ``N*K`` rows."""
     N, K = beams.scores.shape
     rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
     live = (rank + (cand.tok == eos) * 2 * K).argsort(dim=1)[:, :K]  # (N, K)
-    origin, tok = cand.origin.gather(1, live), cand.tok.gather(1, live)
+    origin = cand.origin.gather(1, live)
     parents = torch.arange(N, device=origin.device)[:, None] * K + origin
-    return _Beams(beams.sent, cand.scores.gather(1, live), _extended(beams.tokens, origin, tok, t),
-                  tok.reshape(-1)), parents
+    tokens = cand.tokens.gather(1, live[..., None].expand(-1, -1, cand.tokens.shape[2]))
+    return _Beams(beams.sent, cand.scores.gather(1, live), tokens,
+                  cand.tok.gather(1, live).reshape(-1)), parents
 
 
 def _offer_finished(pool: FinishedPool, beams: _Beams, cand: _Candidates, t: int,
@@ -218,13 +213,8 @@ def _offer_finished(pool: FinishedPool, beams: _Beams, cand: _Candidates, t: int
     K = beams.scores.shape[1]
     rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
     finishing = ((cand.tok == eos) | last_step) & (rank < K) & cand.scores.isfinite()
-    some = finishing.any(dim=1).nonzero().squeeze(1)  # only these sentences' pools change
-    if some.numel() == 0:
-        return
-    finishing, scores = finishing[some], cand.scores[some]
-    norm = scores / length_penalty(float(t + 1), decoding)
-    tokens = _extended(beams.tokens[some], cand.origin[some], cand.tok[some], t)
-    pool.merge(beams.sent[some], tokens, scores.masked_fill(~finishing, NEG_INF),
+    norm = cand.scores / length_penalty(float(t + 1), decoding)
+    pool.merge(beams.sent, cand.tokens, cand.scores.masked_fill(~finishing, NEG_INF),
                norm.masked_fill(~finishing, NEG_INF), t + 1)
 
 
@@ -267,7 +257,7 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
         cand = _candidates(beams, row_top, row_tok, t)
         last_step = force_length is not None and t == T - 1
         _offer_finished(pool, beams, cand, t, decoding, eos, last_step)
-        beams, parents = _next_beams(beams, cand, eos, t)
+        beams, parents = _next_beams(beams, cand, eos)
         done = (t >= max_len) if force_length is None else torch.full_like(max_len, last_step, dtype=torch.bool)
         if stop_early:
             done = done | _finished(pool, beams, t, max_len, decoding, force_length)
