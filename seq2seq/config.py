@@ -262,6 +262,10 @@ class DataConfig:
     max_tokens: int = 4096  # padded tokens of the larger side per batch (incl. bos/eos)
     max_len: int = 128  # drop pairs longer than this on either side (subwords incl. bos/eos)
     max_len_ratio: float = 3.0  # drop training pairs whose length ratio exceeds this
+    # subword regularization: each training batch re-segmented by SentencePiece sampling at
+    # this rate (BPE-dropout for bpe, smoothing for unigram), both sides; 0 = the best
+    # segmentation only. Validation and inference never sample.
+    subword_alpha: float = 0.0
     num_proc: int | None = None  # datasets.map workers (tokenization)
     num_workers: int = 0  # DataLoader workers
     seed: int = 1
@@ -287,6 +291,8 @@ class DataConfig:
             raise ConfigError(f"DataConfig.max_len_ratio must be >= 1, got {self.max_len_ratio}")
         if self.num_workers < 0:
             raise ConfigError(f"DataConfig.num_workers must be >= 0, got {self.num_workers}")
+        if not 0.0 <= self.subword_alpha < 1.0:
+            raise ConfigError(f"DataConfig.subword_alpha must be in [0, 1), got {self.subword_alpha}")
         self._check_sources()
 
     def _check_sources(self) -> None:

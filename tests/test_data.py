@@ -468,3 +468,51 @@ def test_one_packing_rule_for_training_and_inference():
     ordered = np.sort(sizes, kind="stable")
     assert [len(b) for b in sampler.batches()] == [len(b) for b in np.split(ordered, pack(ordered, 300))]
     assert sorted(len(b) for b in batches) == sorted(len(b) for b in sampler.batches())
+
+
+# -- subword regularization ------------------------------------------------------------------
+def _epoch(loader) -> dict[int, tuple[list[int], list[int]]]:
+    """Row id -> (source ids, target ids) without specials, over one pass of ``loader``."""
+    out = {}
+    for b in loader:
+        for i, s, t in zip(b.ids.tolist(), b.src.tolist(), b.tgt_out.tolist(), strict=True):
+            out[i] = ([x for x in s if x > 3], [x for x in t if x > 3])
+    return out
+
+
+def test_subword_sampling_resegments_training_batches_only(small, tmp_path):
+    """subword_alpha > 0: every training pair decodes to its text, most are segmented
+    differently from the best segmentation, a rebuilt loader draws the same ids (resume),
+    and validation keeps the best segmentation."""
+    plain = Seq2SeqDataModule(small_cfg(small, tmp_path))
+    sampled = Seq2SeqDataModule(small_cfg(small, tmp_path, subword_alpha=0.1))
+    for m in (plain, sampled):
+        m.prepare_data()
+        m.setup("fit")
+    assert "src" in sampled.train_dataset.column_names and "src" not in plain.train_dataset.column_names
+    best, drawn = _epoch(plain.train_dataloader()), _epoch(sampled.train_dataloader())
+    assert drawn.keys() == best.keys() == set(range(len(plain.train_dataset)))
+    tok = plain.tokenizers.tgt
+    for side in (0, 1):
+        keys = sorted(best)
+        assert tok.decode([drawn[k][side] for k in keys]) == tok.decode([best[k][side] for k in keys])
+        assert sum(drawn[k][side] != best[k][side] for k in keys) > len(keys) // 2
+    assert _epoch(sampled.train_dataloader()) == drawn
+    assert _epoch(sampled.val_dataloader()) == _epoch(plain.val_dataloader())
+
+
+def test_subword_sampling_keeps_max_len(small, tmp_path):
+    """A sampled side that would exceed max_len falls back to its best segmentation."""
+    max_len = 24
+    dm = Seq2SeqDataModule(small_cfg(small, tmp_path, subword_alpha=0.5, max_len=max_len))
+    dm.prepare_data()
+    dm.setup("fit")
+    lengths = [len(s) + 1 for pair in _epoch(dm.train_dataloader()).values() for s in pair]
+    assert max(lengths) <= max_len
+    unchecked = dm.tokenizers.src.encode(dm.train_dataset["src"], alpha=0.5, seed=0)
+    assert max(map(len, unchecked)) + 1 > max_len  # what the fallback kept out
+
+
+def test_subword_alpha_range(small, tmp_path):
+    with pytest.raises(ValueError, match="subword_alpha must be in"):
+        small_cfg(small, tmp_path, subword_alpha=1.0)

@@ -366,6 +366,25 @@ def test_streamed_resume_skips_exactly_the_consumed_batches(streamed):
             assert torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
 
 
+def test_streamed_subword_sampling_same_text_seeded(streamed):
+    """subword_alpha on a stream: each epoch's pairs decode to the best segmentation's text,
+    most are segmented otherwise, and a second pass draws the same ids (resume)."""
+    dm = Seq2SeqDataModule(streamed)
+    dm.prepare_data()
+    dm.setup("fit")
+    sampled = dataclasses.replace(streamed, subword_alpha=0.1)
+    tok = dm.tokenizers.src
+
+    def texts(batches):
+        return sorted(tok.decode([row[row != 0][:-1].tolist()])[0] for b in batches for row in b.src)
+
+    best = list(StreamingBatches(streamed, dm.tokenizers).epoch_batches(0))
+    drawn = list(StreamingBatches(sampled, dm.tokenizers).epoch_batches(0))
+    assert texts(drawn) == texts(best)
+    assert len(set(_ids(drawn)) - set(_ids(best))) > len(_ids(best)) // 2
+    assert _ids(StreamingBatches(sampled, dm.tokenizers).epoch_batches(0)) == _ids(drawn)
+
+
 def test_streaming_needs_the_hub():
     with pytest.raises(ConfigError, match="streaming needs corpus=None and format='hub'"):
         DataConfig(streaming=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -16,27 +18,61 @@ from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
 from seq2seq.data.batch import Ragged, collate
-from seq2seq.data.prepare import column, load_or_train_tokenizers, tokenized_split
+from seq2seq.data.prepare import column, encode_pairs, load_or_train_tokenizers, tokenized_split
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.tokenizer import TokenizerPair
+
+
+@dataclass(frozen=True)
+class SubwordSampling:
+    """Subword regularization of training batches: segmentations sampled at ``alpha``.
+    A sampled side longer than ``max_len`` (with its special token) keeps its best ids."""
+
+    tokenizers: TokenizerPair
+    alpha: float
+    seed: int
+    max_len: int
+
+    def batch_seed(self, indices: Sequence[int]) -> int:
+        """A pure function of the run's seed and the batch's rows in their order, so a
+        resumed run draws what it would have drawn; a pair's draw changes with its batch
+        (batches are re-formed every epoch: ties in length are broken at random)."""
+        key = np.asarray([self.seed, *indices], dtype=np.int64).tobytes()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little") >> 1
+
+    def encode(self, rows: pa.Table, indices: Sequence[int]) -> tuple[list, list]:
+        seed = self.batch_seed(indices)
+        enc = encode_pairs({"src": rows["src"].to_pylist(), "tgt": rows["tgt"].to_pylist()},
+                           self.tokenizers, with_text=False, alpha=self.alpha, seed=seed)
+        sides = []
+        for side in ("src_ids", "tgt_ids"):
+            best = rows[side].to_pylist()
+            sides.append([b if len(a) >= self.max_len else a for a, b in zip(enc[side], best, strict=True)])
+        return sides[0], sides[1]
 
 
 class IndexedPairs(torch.utils.data.Dataset):
     """The token ids of a memory-mapped split for the DataLoader, as Arrow columns: a batch
     of rows is one gather, handed to ``collate`` as flat arrays (``Ragged``) with the row
     indices as ``id``. Only Arrow file references are held (and pickled to spawned
-    workers), so workers read the shared page cache and copy nothing."""
+    workers), so workers read the shared page cache and copy nothing. With ``sampling``
+    the batch's text is re-segmented instead (``SubwordSampling``)."""
 
-    def __init__(self, ds: datasets.Dataset) -> None:
-        self.ds = ds.select_columns(["src_ids", "tgt_ids"]).with_format("arrow")
+    def __init__(self, ds: datasets.Dataset, sampling: SubwordSampling | None = None) -> None:
+        text = ["src", "tgt"] if sampling is not None else []
+        self.ds = ds.select_columns(["src_ids", "tgt_ids", *text]).with_format("arrow")
+        self.sampling = sampling
 
     def __len__(self) -> int:
         return len(self.ds)
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
         rows = self.ds[list(indices)]  # pa.Table
-        return {"src_ids": _ragged(rows["src_ids"]), "tgt_ids": _ragged(rows["tgt_ids"]),
-                "id": np.asarray(indices, dtype=np.int64)}
+        ids = np.asarray(indices, dtype=np.int64)
+        if self.sampling is not None:
+            src, tgt = self.sampling.encode(rows, indices)
+            return {"src_ids": src, "tgt_ids": tgt, "id": ids}
+        return {"src_ids": _ragged(rows["src_ids"]), "tgt_ids": _ragged(rows["tgt_ids"]), "id": ids}
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.__getitems__([index])  # a batch of one
@@ -101,7 +137,11 @@ class Seq2SeqDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.config.streaming:
             return self._stream_loader()
-        loader = self._loader(self.train_dataset, shuffle=True)
+        cfg = self.config
+        sampling = None
+        if cfg.subword_alpha > 0:
+            sampling = SubwordSampling(self._tokenizers(), cfg.subword_alpha, cfg.seed, cfg.max_len)
+        loader = self._loader(self.train_dataset, shuffle=True, sampling=sampling)
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         loader.batch_sampler.set_epoch(epoch)
         return loader
@@ -120,7 +160,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             return 0, 1
         return self.trainer.global_rank, self.trainer.world_size
 
-    def _loader(self, ds: datasets.Dataset | None, shuffle: bool) -> DataLoader:
+    def _loader(self, ds: datasets.Dataset | None, shuffle: bool,
+                sampling: SubwordSampling | None = None) -> DataLoader:
         if ds is None:
             raise RuntimeError("Seq2SeqDataModule: call setup() before asking for a dataloader")
         rank, world = self._rank()
@@ -135,7 +176,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         )
         tok = self._tokenizers().tgt
         return DataLoader(
-            IndexedPairs(ds),
+            IndexedPairs(ds, sampling),
             batch_sampler=sampler,
             collate_fn=partial(collate, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id),
             num_workers=self.config.num_workers,

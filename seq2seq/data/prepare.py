@@ -188,11 +188,14 @@ def encode_pairs(
     max_len: int | None = None,
     max_len_ratio: float | None = None,
     with_text: bool = True,
+    alpha: float = 0.0,
+    seed: int = 0,
 ) -> dict[str, list]:
     """Token ids and lengths of a batch of pairs; with ``max_len``, only the pairs kept by
-    :func:`length_mask` (in order), so filtering costs no second pass."""
-    src_ids = tokenizers.src.encode(batch["src"])
-    tgt_ids = tokenizers.tgt.encode(batch["tgt"])
+    :func:`length_mask` (in order), so filtering costs no second pass. ``alpha > 0``:
+    sampled segmentations (``Tokenizer.encode``), from ``seed`` (source) and ``seed + 1``."""
+    src_ids = tokenizers.src.encode(batch["src"], alpha, seed)
+    tgt_ids = tokenizers.tgt.encode(batch["tgt"], alpha, seed + 1)
     src_len = np.fromiter(map(len, src_ids), np.int32, len(src_ids))
     tgt_len = np.fromiter(map(len, tgt_ids), np.int32, len(tgt_ids))
     out = {"src": batch["src"], "tgt": batch["tgt"]} if with_text else {}
@@ -244,12 +247,14 @@ def tokenized_split(
     cfg: DataConfig, split: str, tokenizers: TokenizerPair, *, train: bool
 ) -> datasets.Dataset:
     """Dataset{src_ids, tgt_ids, src_len, tgt_len}, plus the text ``src``/``tgt`` for
-    validation (``train=False``), from cache when possible.
+    validation (``train=False``) and for sampled training segmentations
+    (``subword_alpha > 0``), from cache when possible.
 
     The ratio filter applies to training data only, so validation keeps every pair the
     model can take (``max_len``). Row order is the corpus order minus the dropped pairs.
     """
     ratio = cfg.max_len_ratio if train else None
+    with_text = not train or cfg.subword_alpha > 0
     key = digest(
         {
             "v": CACHE_VERSION,
@@ -257,6 +262,7 @@ def tokenized_split(
             "tokenizers": [tokenizers.src.fingerprint, tokenizers.tgt.fingerprint],
             "max_len": cfg.max_len,
             "max_len_ratio": ratio,
+            **({"text": True} if train and with_text else {}),  # old cache keys stay valid
         }
     )[:20]
     path = cache_root(cfg) / "datasets" / key
@@ -264,7 +270,7 @@ def tokenized_split(
         where, pairs = describe_split(cfg, split), load_split(cfg, split)
         with atomic_dir(path) as tmp:
             ds = tokenize_pairs(pairs, tokenizers, cfg.num_proc, tmp / "tokens.arrow", cfg.max_len, ratio,
-                                with_text=not train)
+                                with_text=with_text)
             _report_length_filter(where, len(pairs), len(ds), cfg.max_len, ratio)
             (tmp / "meta.json").write_text(json.dumps({"split": where, "pairs": len(ds)}))
         log.info("%s: %d pairs tokenized -> %s", where, len(ds), path)

@@ -65,7 +65,10 @@ class StreamingBatches(torch.utils.data.IterableDataset):
     def epoch_batches(self, epoch: int, part: int = 0, parts: int = 1) -> Iterator[Batch]:
         cfg, n_before = self.cfg, 0
         for chunk, (src, tgt) in enumerate(sources.hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
-            enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio, False)
+            # sampled segmentations (subword_alpha) are drawn before packing: batches fit them
+            seed = int(np.random.SeedSequence([cfg.seed, epoch, part, chunk]).generate_state(1)[0]) >> 1
+            enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio, False,
+                               alpha=cfg.subword_alpha, seed=seed)
             src_len, tgt_len = enc["src_len"] + 1, enc["tgt_len"] + 1  # + the added special token
             sizes = np.maximum(src_len, tgt_len)
             if len(sizes) == 0:

@@ -111,9 +111,18 @@ class Tokenizer:
         return self._sp.eos_id()
 
     # -- text <-> ids ---------------------------------------------------------------------
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Batched encoding, no bos/eos: ``collate`` adds them."""
-        return self._sp.encode(list(texts), out_type=int)
+    def encode(self, texts: Sequence[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:
+        """Batched encoding, no bos/eos: ``collate`` adds them.
+
+        ``alpha > 0`` samples a segmentation instead of the best one (subword
+        regularization: the BPE-dropout rate of a ``bpe`` model, the smoothing of a
+        ``unigram`` one), drawn from ``seed``: one thread, so the same call gives the same ids.
+        """
+        if alpha <= 0.0:
+            return self._sp.encode(list(texts), out_type=int)
+        spm.set_random_generator_seed(seed)  # process-global: reseeded before every call
+        return self._sp.encode(list(texts), out_type=int, enable_sampling=True, alpha=alpha,
+                               nbest_size=-1, num_threads=1)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Batched decoding; pad/bos/eos ids are dropped wherever they occur (no truncation)."""
