@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -18,7 +17,13 @@ from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
 from seq2seq.data.batch import Ragged, collate
-from seq2seq.data.prepare import column, encode_pairs, load_or_train_tokenizers, tokenized_split
+from seq2seq.data.prepare import (
+    column,
+    draw_seed,
+    encode_pairs,
+    load_or_train_tokenizers,
+    tokenized_split,
+)
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.tokenizer import TokenizerPair
 
@@ -37,8 +42,7 @@ class SubwordSampling:
         """A pure function of the run's seed and the batch's rows in their order, so a
         resumed run draws what it would have drawn; a pair's draw changes with its batch
         (batches are re-formed every epoch: ties in length are broken at random)."""
-        key = np.asarray([self.seed, *indices], dtype=np.int64).tobytes()
-        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little") >> 1
+        return draw_seed(self.seed, *indices)
 
     def encode(self, rows: pa.Table, indices: Sequence[int]) -> tuple[list, list]:
         seed = self.batch_seed(indices)

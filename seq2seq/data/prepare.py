@@ -182,6 +182,12 @@ def length_mask(
     return keep
 
 
+def draw_seed(*key: int) -> int:
+    """The sampling seed (``Tokenizer.encode``, 31 bits) of a key of integers: the same key
+    always draws the same segmentations, so resumed runs repeat them."""
+    return int(np.random.SeedSequence(list(key)).generate_state(1)[0]) >> 1
+
+
 def encode_pairs(
     batch: dict[str, list],
     tokenizers: TokenizerPair,

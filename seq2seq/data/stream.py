@@ -21,7 +21,7 @@ import torch
 from seq2seq.config import DataConfig
 from seq2seq.data import sources
 from seq2seq.data.batch import Batch, collate, pack
-from seq2seq.data.prepare import encode_pairs
+from seq2seq.data.prepare import draw_seed, encode_pairs
 from seq2seq.data.sampler import bucket
 from seq2seq.data.tokenizer import TokenizerPair
 
@@ -66,9 +66,8 @@ class StreamingBatches(torch.utils.data.IterableDataset):
         cfg, n_before = self.cfg, 0
         for chunk, (src, tgt) in enumerate(sources.hub_pair_stream(cfg, cfg.seed, epoch, part, parts)):
             # sampled segmentations (subword_alpha) are drawn before packing: batches fit them
-            seed = int(np.random.SeedSequence([cfg.seed, epoch, part, chunk]).generate_state(1)[0]) >> 1
             enc = encode_pairs({"src": src, "tgt": tgt}, self.tokenizers, cfg.max_len, cfg.max_len_ratio, False,
-                               alpha=cfg.subword_alpha, seed=seed)
+                               alpha=cfg.subword_alpha, seed=draw_seed(cfg.seed, epoch, part, chunk))
             src_len, tgt_len = enc["src_len"] + 1, enc["tgt_len"] + 1  # + the added special token
             sizes = np.maximum(src_len, tgt_len)
             if len(sizes) == 0:
