@@ -28,6 +28,16 @@ from seq2seq.cli.common import add_model_argument  # noqa: E402
 DEFAULTS = Options()
 
 
+def sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return values
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,8 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="timed runs per number (median; default 3)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for torch and CTranslate2 (default: torch.get_num_threads())")
-    ap.add_argument("--decode-max-tokens", type=int, default=DEFAULTS.decode_max_tokens,
-                    help=f"padded source tokens per decoding batch (default {DEFAULTS.decode_max_tokens})")
+    ap.add_argument("--decode-max-tokens", type=sizes, default=DEFAULTS.decode_max_tokens,
+                    help="padded source tokens per decoding batch, comma-separated: each engine "
+                         "tries every size and reports its fastest (default "
+                         f"{','.join(map(str, DEFAULTS.decode_max_tokens))})")
     ap.add_argument("--beam", dest="beam_size", type=int, default=DEFAULTS.beam_size,
                     help=f"beam size (default {DEFAULTS.beam_size})")
     ap.add_argument("--force-length", type=int, default=DEFAULTS.force_length,

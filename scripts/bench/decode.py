@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
+from scripts.bench import isolate
 from scripts.bench.report import target
-from scripts.bench.timing import measure, optional, rss_note
+from scripts.bench.timing import optional, rss_note
 from seq2seq.config import DataConfig, DecodingConfig, ModelConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
@@ -121,160 +122,148 @@ def hf_engine(marian, arch: ModelConfig, beam_size: int = 1,
     return run
 
 
-def ct2_engine(translator, tgt_vocab: Sequence[str], arch: ModelConfig, beam_size: int = 1) -> Engine:
-    """``ctranslate2.Translator.translate_batch`` on the batches' pieces."""
-    index = {p: i for i, p in enumerate(tgt_vocab)}
-    suppress = [[tgt_vocab[arch.pad_id]], [tgt_vocab[arch.bos_id]]]  # never outputs, as ours
-
-    def run(batches: Sequence[DecodeBatch]) -> list[list[int]]:
-        hyps = []
-        for b in batches:
-            results = translator.translate_batch(
-                b.pieces, beam_size=beam_size, length_penalty=1.0, max_decoding_length=b.max_len,
-                min_decoding_length=0, suppress_sequences=suppress, max_batch_size=0)
-            hyps += [[index[p] for p in r.hypotheses[0]] for r in results]
-        return hyps
-
-    return run
-
-
 def agreement(hyps: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> float:
     """% of sentences whose 1-best equals the reference's."""
     return 100.0 * sum(list(h) == list(r) for h, r in zip(hyps, reference)) / max(len(reference), 1)
 
 
 # ---------------------------------------------------------------- the decode section
-def decode_row(name: str, search_name: str, engine: Engine, batches: Sequence[DecodeBatch],
-               repeats: int, reference: dict | None = None, subset: str = "all") -> dict:
-    """Time one engine on ``batches`` (warm-up: the first batch). ``reference``: our row
-    with the same search on the same set, for the agreement % and the speed ratio."""
-    m = measure(lambda: engine(batches), repeats, warmup=lambda: engine(batches[:1]))
-    hyps = m.result
-    n_sent, n_tok = len(hyps), sum(len(h) for h in hyps)
-    row = {
-        "engine": name, "search": search_name, "set": subset, "sentences": n_sent,
-        "seconds": m.seconds, "times": m.times,
-        "sent_per_s": n_sent / m.seconds, "tok_per_s": n_tok / m.seconds, "target_tokens": n_tok,
-        "agree_pct": None, "ours_over_this": None,
-        "rss_peak_mb": m.rss_peak_mb, "rss_rise_mb": m.rss_rise_mb,
-        "hyps": hyps,  # dropped before JSON
-    }
-    if reference is not None:
-        row["agree_pct"] = agreement(hyps, reference["hyps"])
-        row["ours_over_this"] = reference["sent_per_s"] / row["sent_per_s"]
-    return row
+@dataclass
+class Row:
+    """One timed row: ``spec`` is what its own process builds (scripts.bench.isolate)."""
+
+    engine: str  # as printed: "ours", "HF generate", "CTranslate2 float32", ...
+    search: str  # "greedy", "beam 5", "beam 5, exact stop", "beam 5, patience 1", ...
+    spec: dict
+    subset: str = "all"
 
 
-def cache_rows(model: Seq2Seq, batches: Sequence[DecodeBatch], subset: str, force_length: int,
-               repeats: int, cached_natural: dict | None = None, log: Log = print) -> list[dict]:
-    """Our greedy with and without the KV cache, at natural lengths and at exactly
-    ``force_length`` output tokens; each uncached row's ratio is cached ÷ uncached.
-    ``cached_natural``: the cached natural-length row when already measured on ``batches``."""
+def hf_model(model: Seq2Seq):
+    """The Hugging Face model holding ``model``'s weights, or ValueError if none can."""
+    from seq2seq.export.marian import to_hf_marian
+
+    return to_hf_marian(model)
+
+
+def ours_specs(ckpt_path: str, beam_size: int) -> list[Row]:
+    """Our greedy and our beam under each stopping rule (the default is "heuristic")."""
+    base = {"engine": "ours", "checkpoint": ckpt_path}
+    return [Row("ours", "greedy", base),
+            Row("ours", f"beam {beam_size}", {**base, "beam_size": beam_size}),
+            Row("ours", f"beam {beam_size}, exact stop",
+                {**base, "beam_size": beam_size, "stopping": "exact"}),
+            Row("ours", f"beam {beam_size}, patience 1",
+                {**base, "beam_size": beam_size, "stopping": "patience"})]
+
+
+def cache_specs(ckpt_path: str, force_length: int, subset: str) -> list[Row]:
+    """Our greedy with and without the KV cache, at natural lengths and forced lengths."""
     rows = []
     for force in (None, force_length):
-        search_name = "greedy" if force is None else f"greedy, {force} tok forced"
-        cached = cached_natural if force is None else None
-        if cached is None:
-            log(f"  timing ours {search_name}, cached ({subset}) ...")
-            cached = decode_row("ours", search_name, ours_engine(model, force_length=force),
-                                batches, repeats, subset=subset)
-            rows.append(cached)
-        log(f"  timing ours {search_name}, uncached ({subset}) ...")
-        rows.append(decode_row("ours, no cache", search_name,
-                               ours_engine(model, use_cache=False, force_length=force),
-                               batches, repeats, cached, subset))
+        name = "greedy" if force is None else f"greedy, {force} tok forced"
+        for cache in (True, False):
+            spec = {"engine": "ours", "checkpoint": ckpt_path, "use_cache": cache,
+                    "force_length": force}
+            rows.append(Row("ours" if cache else "ours, no cache", name, spec, subset))
     return rows
 
 
-def hf_peers(model: Seq2Seq, beam_size: int, skipped: list[str]) -> dict[tuple[str, str], Engine]:
-    """``{(name, search): engine}`` for ``MarianMTModel.generate``, if transformers is installed."""
-    transformers = optional("transformers")
-    if transformers is None:
-        skipped.append("Hugging Face transformers not installed: MarianMTModel rows skipped")
-        return {}
-    from seq2seq.export.marian import to_hf_marian
+def hf_specs(model: Seq2Seq, ckpt_path: str, beam_size: int, skipped: list[str]) -> list[Row]:
+    """``generate`` rows: greedy, HF's default beam stop and the exact one ("never")."""
+    if optional("transformers") is None:
+        skipped.append("Hugging Face transformers not installed: generate rows skipped")
+        return []
+    try:
+        hf_model(model)
+    except ValueError as err:
+        skipped.append(f"Hugging Face rows skipped: {err}")
+        return []
+    base, name = {"engine": "hf", "checkpoint": ckpt_path}, "HF generate"
+    return [Row(name, "greedy", base),
+            Row(name, f"beam {beam_size}", {**base, "beam_size": beam_size}),
+            Row(name, f"beam {beam_size}, exact stop",
+                {**base, "beam_size": beam_size, "early_stopping": "never"})]
 
-    transformers.logging.set_verbosity_error()
-    marian, arch, name = to_hf_marian(model), model.arch, "HF Marian generate"
-    return {(name, "greedy"): hf_engine(marian, arch),
-            (name, f"beam {beam_size}"): hf_engine(marian, arch, beam_size),
-            (name, f"beam {beam_size}, exact stop"): hf_engine(marian, arch, beam_size, "never")}
 
-
-def ct2_peers(model: Seq2Seq, src_vocab: Sequence[str], tgt_vocab: Sequence[str], beam_size: int,
-              threads: int, workdir: str, skipped: list[str]) -> dict[tuple[str, str], Engine]:
-    """CTranslate2 float32 and int8 (quantized at load) on one exported model, if installed."""
-    ctranslate2 = optional("ctranslate2")
-    if ctranslate2 is None:
+def ct2_specs(model: Seq2Seq, src_vocab: Sequence[str], tgt_vocab: Sequence[str], beam_size: int,
+              workdir: str, skipped: list[str]) -> list[Row]:
+    """CTranslate2 float32 and int8 (quantized at load) rows on one exported model."""
+    if optional("ctranslate2") is None:
         skipped.append("ctranslate2 not installed: CTranslate2 rows skipped")
-        return {}
+        return []
     from seq2seq.export.ctranslate2 import to_ctranslate2
 
     path = to_ctranslate2(model, Path(workdir) / "ct2", src_vocab=src_vocab, tgt_vocab=tgt_vocab)
-    engines = {}
+    never = [tgt_vocab[model.arch.pad_id], tgt_vocab[model.arch.bos_id]]  # ours never outputs them
+    rows = []
     for compute_type in ("float32", "int8"):
-        translator = ctranslate2.Translator(str(path), device="cpu", compute_type=compute_type,
-                                            intra_threads=threads, inter_threads=1)
-        name = f"CTranslate2 {compute_type}"
-        engines[(name, "greedy")] = ct2_engine(translator, tgt_vocab, model.arch)
-        engines[(name, f"beam {beam_size}, patience 1")] = ct2_engine(translator, tgt_vocab,
-                                                                     model.arch, beam_size)
-    return engines
+        base = {"engine": "ct2", "ct2_path": str(path), "compute_type": compute_type,
+                "tgt_vocab": list(tgt_vocab), "never": never}
+        rows += [Row(f"CTranslate2 {compute_type}", "greedy", base),
+                 Row(f"CTranslate2 {compute_type}", f"beam {beam_size}, patience 1",
+                     {**base, "beam_size": beam_size})]
+    return rows
 
 
-def bench_decoding(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, repeats: int = 3,
-                   threads: int = 1, max_tokens: int = 2000, beam_size: int = 5,
-                   force_length: int = 50, uncached_limit: int | None = 200,
+def timed_row(row: Row, sweep: dict[int, Sequence[DecodeBatch]], threads: int, repeats: int,
+              log: Log = print) -> dict:
+    """Run ``row`` in its own process over every batch size of ``sweep``; its best size."""
+    log(f"  timing {row.engine} {row.search} ({row.subset}, own process) ...")
+    out = isolate.run_row({**row.spec, "repeats": repeats, "search": row.search}, sweep, threads)
+    best, hyps = out["best"], out["best"]["hyps"]
+    n_sent, n_tok = len(hyps), sum(len(h) for h in hyps)
+    return {"engine": row.engine, "search": row.search, "set": row.subset, "sentences": n_sent,
+            "seconds": best["seconds"], "times": best["times"], "max_tokens": best["max_tokens"],
+            "sweep": [{k: p[k] for k in ("max_tokens", "seconds")} for p in out["sweep"]],
+            "sent_per_s": n_sent / best["seconds"], "tok_per_s": n_tok / best["seconds"],
+            "target_tokens": n_tok, "agree_pct": None, "ours_over_this": None,
+            "rss_peak_mb": best["rss_peak_mb"], "rss_rise_mb": best["rss_rise_mb"],
+            "pid": out["pid"], "torch_imported": out["torch_imported"],
+            "hyps": hyps}  # dropped before JSON
+
+
+def compare(rows: list[dict]) -> None:
+    """Each row against our row of the same search and set (cached, for 'no cache' rows)."""
+    ours = {(r["search"], r["set"]): r for r in rows if r["engine"] == "ours"}
+    for row in rows:
+        ref = ours.get((row["search"], row["set"]))
+        if row["engine"] != "ours" and ref is not None:
+            row["agree_pct"] = agreement(row["hyps"], ref["hyps"])
+            row["ours_over_this"] = ref["sent_per_s"] / row["sent_per_s"]
+
+
+def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str], *,
+                   repeats: int = 3, threads: int = 1, max_tokens: Sequence[int] = (2000,),
+                   beam_size: int = 5, force_length: int = 50, uncached_limit: int | None = 200,
                    log: Log = print) -> dict:
-    """The decode section: rows (with ratios and targets) and notes."""
+    """The decode section, every row in its own process: rows (with ratios and targets) and
+    notes. ``max_tokens``: the batch sizes each engine tries; a row reports its fastest."""
+    from seq2seq.checkpoint import build_model
+
+    model, ckpt_path = build_model(ckpt), str(ckpt_path)
     src_vocab, tgt_vocab = vocabularies(model, ckpt)
     ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
-    batches = make_batches(ids, max_tokens, model.arch, src_vocab)
+    sweep = {n: make_batches(ids, n, model.arch, src_vocab) for n in max_tokens}
     n_sub = len(ids) if uncached_limit is None else min(uncached_limit, len(ids))
     subset = "all" if n_sub == len(ids) else f"first {n_sub}"
-    sub_batches = batches if subset == "all" else make_batches(ids[:n_sub], max_tokens, model.arch)
+    sub_sweep = {max_tokens[0]: make_batches(ids[:n_sub], max_tokens[0], model.arch)}
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as workdir:
-        peers = {**hf_peers(model, beam_size, skipped),
-                 **ct2_peers(model, src_vocab, tgt_vocab, beam_size, threads, workdir, skipped)}
-        # Every torch engine before any CTranslate2 one: once CTranslate2 has run in a process,
-        # its idle threads slow torch ~1.65x (measured: our greedy 2.07 s before, 3.42 s after)
-        ours = ours_rows(model, batches, repeats, beam_size, log)
-        cached = ours["greedy"] if subset == "all" else None  # ours greedy on the same set
-        extra = cache_rows(model, sub_batches, subset, force_length, repeats, cached, log)
-        rows = [*ours.values(), *extra, *peer_rows(peers, ours, batches, repeats, log)]
-        greedy_agree = greedy_agreement(rows, log)
+        specs = [*ours_specs(ckpt_path, beam_size), *hf_specs(model, ckpt_path, beam_size, skipped),
+                 *ct2_specs(model, src_vocab, tgt_vocab, beam_size, workdir, skipped)]
+        rows = [timed_row(r, sweep, threads, repeats, log) for r in specs]
+        cache = [r for r in cache_specs(ckpt_path, force_length, subset)
+                 if not (subset == "all" and r.engine == "ours" and r.search == "greedy")]
+        rows += [timed_row(r, sub_sweep, threads, repeats, log) for r in cache]
+    compare(rows)
+    greedy_agree = greedy_agreement(rows, log)
     # Greedy rows first, ours first within each search (sort is stable).
     rows.sort(key=lambda r: (r["search"].startswith("beam"), not r["engine"].startswith("ours")))
     return {"rows": rows, "targets": decode_targets(rows, beam_size, force_length),
-            "notes": decode_notes(max_tokens, threads, n_sub, subset, peers), "skipped": skipped,
+            "notes": decode_notes(max_tokens, threads, n_sub, subset, specs), "skipped": skipped,
             "greedy_agreement_pct": greedy_agree, "sentences": len(ids),
-            "subset_sentences": n_sub, "max_tokens": max_tokens, "beam_size": beam_size,
-            "batches": len(batches)}
-
-
-def ours_rows(model: Seq2Seq, batches: Sequence[DecodeBatch], repeats: int, beam_size: int,
-              log: Log = print) -> dict[str, dict]:
-    """Our greedy and our beam under each stopping rule, by search name."""
-    engines = {"greedy": ours_engine(model),
-               f"beam {beam_size}": ours_engine(model, beam_size),
-               f"beam {beam_size}, exact stop": ours_engine(model, beam_size, stopping="exact"),
-               f"beam {beam_size}, patience 1": ours_engine(model, beam_size, stopping="patience")}
-    rows = {}
-    for name, engine in engines.items():
-        log(f"  timing ours {name} ...")
-        rows[name] = decode_row("ours", name, engine, batches, repeats)
-    return rows
-
-
-def peer_rows(peers: dict[tuple[str, str], Engine], ours: dict[str, dict],
-              batches: Sequence[DecodeBatch], repeats: int, log: Log = print) -> list[dict]:
-    """Every peer, with its ratio and agreement against our row of the same search."""
-    rows = []
-    for (name, search_name), engine in peers.items():
-        log(f"  timing {name} {search_name} ...")
-        rows.append(decode_row(name, search_name, engine, batches, repeats, ours[search_name]))
-    return rows
+            "subset_sentences": n_sub, "max_tokens": list(max_tokens), "beam_size": beam_size,
+            "batches": {str(n): len(b) for n, b in sweep.items()}}
 
 
 def greedy_agreement(rows: Sequence[dict], log: Log = print) -> dict[str, float]:
@@ -291,7 +280,7 @@ def greedy_agreement(rows: Sequence[dict], log: Log = print) -> dict[str, float]
 
 def decode_targets(rows: Sequence[dict], beam_size: int, force_length: int) -> list[dict]:
     """The speed targets, each attached to the row whose ratio it checks."""
-    want = {("HF Marian generate", f"beam {beam_size}"):
+    want = {("HF generate", f"beam {beam_size}"):
             (f"beam-{beam_size} sentences/s: ours ÷ HF generate", 3.0),
             ("CTranslate2 float32", f"beam {beam_size}, patience 1"):
             (f"beam-{beam_size} sentences/s: ours ÷ CTranslate2 fp32", 1.0),
@@ -305,21 +294,25 @@ def decode_targets(rows: Sequence[dict], beam_size: int, force_length: int) -> l
     return targets
 
 
-def decode_notes(max_tokens: int, threads: int, n_sub: int, subset: str,
-                 peers: dict[tuple[str, str], Engine]) -> list[str]:
+def decode_notes(max_tokens: Sequence[int], threads: int, n_sub: int, subset: str,
+                 rows: Sequence[Row]) -> list[str]:
+    sizes = ", ".join(str(n) for n in max_tokens)
     notes = [
-        f"batches: token_batches over source lengths + EOS, at most {max_tokens} padded source "
-        "tokens each, longest first; every engine gets the same batches and the same per-batch "
-        "length limit: the library's max_lengths rule (default DecodingConfig), maxed over the batch",
-        f"threads: {threads} for all (torch.set_num_threads; CTranslate2 intra_threads={threads}, "
-        "inter_threads=1)",
+        "each row in its own fresh process that imports and runs only that engine (an engine's "
+        "idle threads slow the next one in a process ~2x); start-up and loading not timed",
+        f"batches: token_batches over source lengths + EOS, at most N padded source tokens each, "
+        f"longest first, N in ({sizes}): each row reports its fastest N (column N); every engine "
+        "gets the same batches of a size and the same per-batch length limit: the library's "
+        "max_lengths rule (default DecodingConfig), maxed over the batch",
+        f"threads: {threads} for all (OMP_NUM_THREADS and torch.set_num_threads; CTranslate2 "
+        f"intra_threads={threads}, inter_threads=1)",
         "beam: score / length ranks hypotheses (ours length_penalty='average', HF and CTranslate2 "
         "length_penalty=1). 'beam k' rows: HF's default rule, ours stopping='heuristic' and HF "
         "early_stopping=False (k finished, none beaten by the best live beam ending now); "
         "'patience 1' rows: k finished, ours stopping='patience' and CTranslate2's default. "
         "'exact stop' rows stop a "
         "sentence only when no live beam can beat its best finished one even at max length: "
-        "ours stopping='exact' (the default) and HF early_stopping='never'",
+        "ours stopping='exact' and HF early_stopping='never'; ours defaults to 'heuristic'",
         "ours ÷ this: sentences/s of our matching cached engine (same search, same set) over "
         "this row's; tok/s counts 1-best output tokens, EOS excluded",
         "agree %: sentences whose 1-best equals ours (same search; 'no cache' rows: ours cached)",
@@ -327,7 +320,7 @@ def decode_notes(max_tokens: int, threads: int, n_sub: int, subset: str,
     if subset != "all":
         notes.append(f"set 'first {n_sub}': the cached-vs-uncached rows decode only the first "
                      f"{n_sub} sentences, to keep the uncached runs short (--uncached-limit)")
-    if any(name.startswith("CTranslate2 int8") for name, _ in peers):
+    if any(r.engine.startswith("CTranslate2 int8") for r in rows):
         notes.append("CTranslate2 int8: weights quantized at load (compute_type='int8'), so its "
                      "outputs may differ from ours")
     return notes + [rss_note()]

@@ -46,12 +46,13 @@ def _target_cells(row: dict) -> list[str]:
     return ["-" if "target" not in row else f">= {row['target']:g}", fmt(row.get("pass"))]
 
 
-DECODE_HEADER = ["engine", "search", "set", "sent.", "median s", "sent/s", "tok/s", "ours ÷ this",
-                 "target", "result", "agree %"]
+DECODE_HEADER = ["engine", "search", "set", "sent.", "N", "median s", "sent/s", "tok/s",
+                 "ours ÷ this", "target", "result", "agree %"]
 
 
 def decode_table(result: dict, title: str) -> str:
-    rows = [[r["engine"], r["search"], r["set"], str(r["sentences"]), fmt(r["seconds"], ".3f"),
+    rows = [[r["engine"], r["search"], r["set"], str(r["sentences"]), fmt(r.get("max_tokens")),
+             fmt(r["seconds"], ".3f"),
              fmt(r["sent_per_s"], ".1f"), fmt(r["tok_per_s"], ".0f"), fmt(r["ours_over_this"], ".2f"),
              *_target_cells(r), fmt(r["agree_pct"], ".1f"), fmt(rss_value(r), ".0f")]
             for r in result["rows"]]

@@ -34,6 +34,7 @@ from scripts.bench.timing import (
     RSS_RESETTABLE,
     OtherWork,
     check_load,
+    cpu_model,
     optional,
     other_work_warning,
     set_threads,
@@ -57,7 +58,7 @@ class Options:
     limit: int | None = None
     repeats: int = 3
     threads: int = 1
-    decode_max_tokens: int = 2000  # padded source tokens per decoding batch
+    decode_max_tokens: tuple[int, ...] = (1000, 2000, 4000)  # batch sizes each engine tries
     beam_size: int = 5
     force_length: int = 50
     uncached_limit: int | None = 200
@@ -66,6 +67,7 @@ class Options:
     attention_iters: int = 50
     bf16: bool = True  # also time the training step under bf16 autocast
     data_dir: str | os.PathLike = "data/multi30k"
+    checkpoint: str = ""  # the file the decode rows' processes load
     cache_dir: str | os.PathLike = ".cache/seq2seq"
 
 
@@ -76,7 +78,7 @@ def pair(ckpt: dict) -> str:
 def decode_section(ckpt: dict, opts: Options, log: Log) -> dict:
     texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit)
     log(f"\n[decode] {len(texts)} sentences of Multi30k {TEST_SPLIT}.{ckpt['seq2seq']['src_lang']}")
-    res = bench_decoding(build_model(ckpt), ckpt, texts, repeats=opts.repeats,
+    res = bench_decoding(opts.checkpoint, ckpt, texts, repeats=opts.repeats,
                          threads=opts.threads, max_tokens=opts.decode_max_tokens,
                          beam_size=opts.beam_size, force_length=opts.force_length,
                          uncached_limit=opts.uncached_limit, log=log)
@@ -109,7 +111,7 @@ def profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
     texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit)
     log(f"\n[profile] ours beam {opts.beam_size}, torch.profiler")
     res = profile_beam(build_model(ckpt), ckpt, texts, beam_size=opts.beam_size,
-                       max_tokens=opts.decode_max_tokens)
+                       max_tokens=opts.decode_max_tokens[0])
     log("\n" + profile_report(res, f"Profile: ours beam {opts.beam_size}, "
                               f"{opts.threads} thread(s)"))
     return res
@@ -152,7 +154,7 @@ def environment(threads: int) -> dict:
     for name in ("transformers", "ctranslate2"):
         mod = optional(name)
         versions[name] = getattr(mod, "__version__", None) if mod else None
-    return {"threads": threads, "cpu_count": os.cpu_count(), "versions": versions,
+    return {"threads": threads, "cpu_count": os.cpu_count(), "cpu": cpu_model(), "versions": versions,
             "rss_per_engine": RSS_RESETTABLE}
 
 
@@ -167,7 +169,7 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
     """Run the chosen sections (``options``: the fields of :class:`Options`), print one table
     each, return everything (JSON-ready)."""
     check_sections(sections)
-    opts = Options(**options)
+    opts = Options(**options, checkpoint=str(checkpoint))
     set_threads(opts.threads)
     ckpt = load_checkpoint(checkpoint)
     arch = from_dict(ModelConfig, ckpt["seq2seq"]["model_config"], "checkpoint model_config")
@@ -175,6 +177,7 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
     log(f"seq2seq benchmark: {checkpoint} ({pair(ckpt)}, d_model {arch.d_model}, "
         f"{arch.encoder_layers}+{arch.decoder_layers} layers), {opts.threads} thread(s) on "
         f"{env['cpu_count']} CPUs, {opts.repeats} timed repeats (median) after a warm-up")
+    log(f"CPU: {env['cpu']['model']} (flags: {' '.join(env['cpu']['flags']) or 'none of note'})")
     env["load_1min_before"] = check_load("before", log)
     others = OtherWork()
     others.start()

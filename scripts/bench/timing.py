@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 # Above this 1-minute load average other work shares the CPUs: timings are not results.
 QUIET_LOAD = 0.5
 
@@ -57,10 +55,26 @@ def reset_peak_rss() -> bool:
 RSS_RESETTABLE = reset_peak_rss()
 
 
+_TIMED_ENGINE: str | None = None  # the one engine this process may time
+
+
+def claim_process(engine: str) -> None:
+    """Mark this process as ``engine``'s: timing another engine here afterwards raises, since
+    an engine's idle threads slow the next one in the same process (see scripts.bench.isolate)."""
+    global _TIMED_ENGINE
+    if _TIMED_ENGINE not in (None, engine):
+        raise RuntimeError(f"engine {engine!r} timed in a process that already timed "
+                           f"{_TIMED_ENGINE!r}: time each engine in its own process")
+    _TIMED_ENGINE = engine
+
+
 def measure(fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any] | None = None,
-            timer: Callable[[], float] = time.perf_counter) -> Measurement:
+            timer: Callable[[], float] = time.perf_counter, engine: str | None = None) -> Measurement:
     """Run ``warmup`` (default ``fn``) once untimed, then time ``fn`` ``repeats`` times with
-    ``timer``. Peak RSS covers the warm-up too (first-call allocations belong to the engine)."""
+    ``timer``. Peak RSS covers the warm-up too (first-call allocations belong to the engine).
+    ``engine``: the engine ``fn`` runs, claimed for this process (:func:`claim_process`)."""
+    if engine is not None:
+        claim_process(engine)
     before = None
     if RSS_RESETTABLE:
         reset_peak_rss()
@@ -97,6 +111,8 @@ def rss_note() -> str:
 
 
 def set_threads(n: int) -> None:
+    import torch  # here, not at the top: a CTranslate2 row's process never imports torch
+
     torch.set_num_threads(n)
     try:
         torch.set_num_interop_threads(1)
@@ -143,17 +159,38 @@ def own_cpu_seconds() -> float:
 
 class OtherWork:
     """Cores that *other* processes kept busy between ``start()`` and ``cores()``: the
-    after-run load average counts the benchmark's own threads, this does not."""
+    after-run load average counts the benchmark's own threads, this does not. The readers
+    are parameters so that a test can make its own process the only variable."""
+
+    def __init__(self, busy: Callable[[], float | None] = busy_cpu_seconds,
+                 own: Callable[[], float] = own_cpu_seconds,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.busy, self.own, self.clock = busy, own, clock
 
     def start(self) -> None:
-        self.t0, self.busy0, self.own0 = time.perf_counter(), busy_cpu_seconds(), own_cpu_seconds()
+        self.t0, self.busy0, self.own0 = self.clock(), self.busy(), self.own()
 
     def cores(self) -> float | None:
-        busy = busy_cpu_seconds()
+        busy = self.busy()
         if busy is None or self.busy0 is None:
             return None
-        other = (busy - self.busy0) - (own_cpu_seconds() - self.own0)
-        return max(other, 0.0) / max(time.perf_counter() - self.t0, 1e-9)
+        other = (busy - self.busy0) - (self.own() - self.own0)
+        return max(other, 0.0) / max(self.clock() - self.t0, 1e-9)
+
+
+def cpu_model() -> dict:
+    """``lscpu``'s model name and the flags that decide kernels here (AVX-512, bf16, AMX)."""
+    info = {"model": None, "flags": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    if m := re.search(r"^model name\s*:\s*(.+)$", text, re.M):
+        info["model"] = m.group(1).strip()
+    if m := re.search(r"^flags\s*:\s*(.+)$", text, re.M):
+        wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+        info["flags"] = [f for f in wanted if f in m.group(1).split()]
+    return info
 
 
 def other_work_warning(cores: float | None, limit: float = QUIET_LOAD) -> str | None:
