@@ -22,10 +22,13 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     """Call ``run(args)``; bad input (``ValueError``, ``OSError``, hence ``CheckpointError``)
     becomes ``PROG: error: ...`` on one line and exit status 2. Library warnings (e.g.
     truncated sources) print as one ``PROG: warning: ...`` line each."""
+    from seq2seq import runtime
+
     shown = warnings.showwarning
     warnings.showwarning = lambda message, *_, **__: print(
         f"{prog}: warning: {' '.join(str(message).split())}", file=sys.stderr)
     try:
+        runtime.start()  # threads from the cores this process can get now (seq2seq.runtime)
         run(args)
     except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
         sys.stdout = None  # nothing more to flush at exit

@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
+from seq2seq import runtime
 from seq2seq.cli.train_checks import (
     REFUSALS,
     StartupLogs,
@@ -182,6 +183,7 @@ def main(args: list[str] | None = None) -> None:
     # batches), which Lightning cannot see from the DataLoader type.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
     quiet_lightning()
+    runtime.start()  # threads from the cores this process can get now, then follow the load
     startup = StartupLogs()
     try:
         build_cli(args, startup=startup)

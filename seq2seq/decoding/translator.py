@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from seq2seq import runtime
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
@@ -102,6 +103,7 @@ class Translator:
             with torch.inference_mode():
                 generator = self._generator()
                 for batch in _progress(list(self._batches(todo, ids)), progress):
+                    runtime.tick()  # follow the machine's load in a long file
                     self._run(batch, texts, ids, results, need_attention, generator)
         finally:
             self.model.train(was_training)

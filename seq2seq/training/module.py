@@ -12,6 +12,7 @@ from dataclasses import replace
 import lightning as L
 import torch
 
+from seq2seq import runtime
 from seq2seq.checkpoint import (
     CheckpointError,
     build_model,
@@ -172,6 +173,7 @@ class Seq2SeqModule(L.LightningModule):
         return loss / max(n_tokens, 1), n_tokens
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        runtime.tick()  # threads follow the machine's load (seq2seq.runtime)
         loss, n_tokens = self.loss(batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(

@@ -1,0 +1,116 @@
+"""Threads on a shared machine (seq2seq.runtime): the count follows the cores other work
+leaves free, the user's setting wins, OpenMP waits passively unless told otherwise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq import runtime
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("cores", "others", "threads"), [
+    (2, None, 2), (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 2.0, 1), (2, 5.0, 1),
+    (8, 2.2, 6), (8, 2.6, 5), (1, 0.0, 1)])
+def test_one_thread_per_core_other_work_leaves_free(cores, others, threads):
+    assert runtime.threads_for(cores, others) == threads
+
+
+def test_the_environment_fixes_the_count(monkeypatch):
+    monkeypatch.setenv("SEQ2SEQ_THREADS", "3")
+    choice = runtime.choose_threads(sample_seconds=0.0)
+    assert (choice.threads, choice.fixed) == (3, True)
+    assert "as set by the environment" in choice.describe()
+    monkeypatch.delenv("SEQ2SEQ_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert runtime.choose_threads(sample_seconds=0.0).threads == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")  # not a count: ignored
+    choice = runtime.choose_threads(sample_seconds=0.0)
+    assert not choice.fixed and 1 <= choice.threads <= runtime.usable_cores()
+
+
+class FakeMeter:
+    def __init__(self, readings):
+        self.readings, self.t = list(readings), -1e9  # always due
+
+    def read(self):
+        return self.readings.pop(0)
+
+
+def test_the_governor_follows_the_machine_and_yields_to_other_setters():
+    threads = {"n": 2}
+    choice = runtime.ThreadChoice(2, 2, 0.0, False)
+    gov = runtime.ThreadGovernor(choice, lambda: threads["n"],
+                                 lambda n: threads.update(n=n), meter=FakeMeter([1.0, 1.2, 0.1]))
+    gov.tick()
+    assert threads["n"] == 1  # a core got busy: one thread
+    gov.tick()
+    assert threads["n"] == 1 and gov.changes == 1
+    gov.tick()
+    assert threads["n"] == 2 and gov.changes == 2  # free again
+    threads["n"] = 1  # someone else (e.g. Lightning's DDP) set it: never touched again
+    gov.meter = FakeMeter([0.0])
+    gov.tick()
+    assert gov.fixed and threads["n"] == 1
+
+
+def test_the_governor_never_changes_a_fixed_count():
+    calls = []
+    gov = runtime.ThreadGovernor(runtime.ThreadChoice(4, 2, None, True), lambda: 4, calls.append,
+                                 meter=FakeMeter([2.0]))
+    gov.tick()
+    assert calls == []
+
+
+def test_the_busy_meter_counts_a_busy_child_not_us():
+    """A known child's CPU is other work; more work elsewhere only raises the figure."""
+    meter = runtime.BusyMeter()
+    subprocess.run([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                    "while time.process_time()-t<0.5: pass"], check=True)
+    import resource
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = meter.t
+    cores = meter.read()
+    assert cores * (meter.t - t0) >= 0.8 * min(kids.ru_utime + kids.ru_stime, 0.5)
+
+
+def run_python(code: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_openmp_waits_passively_unless_the_user_chose():
+    show = "import os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    assert run_python("import seq2seq; " + show) == "PASSIVE"
+    assert run_python("import seq2seq; " + show, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+    assert run_python("import seq2seq; " + show, GOMP_SPINCOUNT="1000") == "None"
+    assert run_python("import torch, seq2seq; " + show) == "None"  # too late once torch loaded
+
+
+def test_start_applies_the_choice_and_says_why_once(monkeypatch):
+    import io
+
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(runtime, "_GOVERNOR", None)
+    monkeypatch.setattr(runtime, "choose_threads",
+                        lambda: runtime.ThreadChoice(1, 2, 1.3, False))
+    log = io.StringIO()
+    try:
+        assert runtime.start(log=log).threads == 1 and torch.get_num_threads() == 1
+        assert log.getvalue() == ("seq2seq: 1 thread(s) (2 usable core(s), 1.3 busy with other "
+                                  "work; set SEQ2SEQ_THREADS=N to fix the count)\n")
+        runtime.start(log=log)  # once per process
+        assert log.getvalue().count("\n") == 1
+    finally:
+        torch.set_num_threads(before)
+        monkeypatch.setattr(runtime, "_GOVERNOR", None)
