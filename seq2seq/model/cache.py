@@ -36,6 +36,7 @@ class DecoderCache:
         self.group = group  # decoder rows n*group .. n*group + group-1 read memory row n
         self._buffers: list[KV] = []  # per layer: K (B, H, capacity, d_k), V (..., d_v)
         self._filled: list[int] = [0] * len(cross_kv)  # positions written, per layer
+        self._layout: list[tuple[Tensor, Tensor, Tensor]] | None = None  # see cross_layout
 
     @property
     def length(self) -> int:
@@ -81,6 +82,25 @@ class DecoderCache:
         new_k[:, :, :P], new_v[:, :, :P] = buf_k[:, :, :P], buf_v[:, :, :P]
         self._buffers[layer] = (new_k, new_v)
 
+    def cross_layout(self) -> list[tuple[Tensor, Tensor, Tensor]] | None:
+        """Per layer, the memory side laid out for one-token steps (``model.step``): K^T
+        ``(M*H, d_k, S)``, V ``(M*H, S, d_v)`` and the additive padding mask ``(M*H, 1, S)``
+        (0 or -inf), made once per memory and kept until the memory rows change. None when a
+        memory row has no key to attend to (the general path handles that case)."""
+        if self._layout is None:
+            K0 = self.cross_kv[0][0]
+            M, H, S, _ = K0.shape
+            mask = self.memory_mask
+            if mask is not None and not bool(mask.any(dim=-1).all()):
+                return None
+            bias = K0.new_zeros(M, 1, 1, S)
+            if mask is not None:
+                bias = bias.masked_fill(~mask.view(M, 1, 1, S), float("-inf"))
+            bias = bias.expand(M, H, 1, S).reshape(M * H, 1, S)
+            self._layout = [(k.transpose(2, 3).reshape(M * H, k.shape[3], S),
+                             v.reshape(M * H, S, v.shape[3]), bias) for k, v in self.cross_kv]
+        return self._layout
+
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:
         """Keep rows ``indices (B',)``, in place (returns ``self``). ``cross=False`` keeps the
         memory K/V as they are: valid when every index stays within its own sentence's rows
@@ -94,6 +114,7 @@ class DecoderCache:
                                  for k, v in self.cross_kv]
                 if self.memory_mask is not None:
                     self.memory_mask = self.memory_mask.index_select(0, memory_rows)
+                self._layout = None  # made again from the kept rows when next needed
             for layer, P in enumerate(self._filled):  # the old layer is freed before the next
                 self._buffers[layer] = self._pick_filled(self._buffers[layer], P, indices)
             return self

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
+from seq2seq.model import step
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import KV, DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
@@ -158,6 +159,8 @@ class Seq2Seq(nn.Module):
         """:meth:`decode` before the output projection: ``(B, L, d_model)`` and the cache."""
         if cache is None:
             cross_kv, start = self.decoder.cross_kv(memory), 0
+        elif step.supported(self, cache, tgt.shape[1], weights is not None):
+            return step.decoder_step(self, tgt[:, 0], cache), cache  # the fused one-token step
         else:
             cross_kv, start, memory_mask = cache.cross_kv, cache.length, cache.memory_mask
         L = tgt.shape[1]

@@ -1,0 +1,96 @@
+"""The one-token cached decoder step, written for inference speed.
+
+Searches feed one new token per decoder row per step. Through the general layers
+(``DecoderLayer.forward``: 4-D ``matmul``, mask checks, module calls) such a step costs about
+1,200 operator calls for a 4-layer decoder, and at Tiny sizes the dispatch of those calls,
+not the arithmetic, is most of the time. This step does the same maths in ~25 calls per
+layer on 2-D and 3-D tensors:
+
+- self-attention: Q and K/V projections of the ``(R, d_model)`` rows, K/V appended to the
+  cache, one ``bmm`` for the scores ``(R*H, 1, P+1)`` (no mask: one new query may see every
+  cached position), softmax, one ``bmm`` with V;
+- cross-attention: the memory's K^T ``(M*H, d_k, S)``, V ``(M*H, S, d_v)`` and the additive
+  padding mask ``(M*H, 1, S)`` are laid out once per cache (``DecoderCache.cross_layout``),
+  so a step is one ``baddbmm`` (mask + scaled scores), softmax and one ``bmm`` for the
+  ``g`` rows (beams) that share a memory row;
+- norms, activations and residuals as the layers have them (``Residual.pre``).
+
+``Seq2Seq.decode_hidden`` takes this path for a one-token cached step in eval mode with
+no weights requested and sinusoidal or learned positions; everything else, and the
+reference every search is tested against (uncached decoding), goes through the layers.
+Tests hold both paths equal (``tests/test_model.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.model.cache import DecoderCache
+from seq2seq.model.layers import DecoderLayer, Embedding, MultiHeadAttention
+from seq2seq.model.norms import Residual
+
+
+def supported(model, cache: DecoderCache, L: int, want_weights: bool) -> bool:
+    """Whether :func:`decoder_step` computes this call (else the general layers do)."""
+    return (L == 1 and not want_weights and not model.training
+            and model.arch.positional in ("sinusoidal", "learned")
+            and cache.length < model.arch.max_positions and cache.cross_layout() is not None)
+
+
+def embed(emb: Embedding, tokens: Tensor, position: int) -> Tensor:
+    """``tokens (R,)`` at one position -> ``(R, d_model)`` (eval: no dropout)."""
+    return torch.add(emb.positions[position], F.embedding(tokens, emb.tokens.weight),
+                     alpha=emb.scale)
+
+
+def sublayer(block: Residual, x: Tensor, f) -> Tensor:
+    """``x + f(norm(x))`` (Pre-LN) or ``norm(x + f(x))`` (Post-LN), eval mode."""
+    if block.pre:
+        return x + f(block.norm(x))
+    return block.norm(x + f(x))
+
+
+def self_attention(attn: MultiHeadAttention, h: Tensor, cache: DecoderCache, layer: int) -> Tensor:
+    """One new query per row over the row's cached positions plus itself. ``h (R, d_model)``."""
+    R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
+    q = F.linear(h, attn.w_q.weight, attn.w_q.bias).view(R * H, 1, d_k)
+    k, v = F.linear(h, attn.w_kv.weight, attn.w_kv.bias).split([H * d_k, H * d_v], dim=-1)
+    K, V = cache.append(layer, k.view(R, H, 1, d_k), v.view(R, H, 1, d_v))  # (R, H, P+1, d)
+    scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
+    out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))  # (R*H, 1, d_v)
+    return F.linear(out.view(R, H * d_v), attn.w_o.weight, attn.w_o.bias)
+
+
+def cross_attention(attn: MultiHeadAttention, h: Tensor, layout: tuple[Tensor, Tensor, Tensor],
+                    M: int) -> Tensor:
+    """Rows ``h (R, d_model)``, ``g = R / M`` per memory row, over the memory's K/V."""
+    R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
+    k_t, v, bias = layout  # (M*H, d_k, S), (M*H, S, d_v), (M*H, 1, S)
+    g = R // M
+    q = F.linear(h, attn.w_q.weight, attn.w_q.bias).view(M, g, H, d_k).transpose(1, 2)
+    scores = torch.baddbmm(bias, q.reshape(M * H, g, d_k), k_t, alpha=1.0 / math.sqrt(d_k))
+    out = torch.bmm(torch.softmax(scores, dim=-1), v)  # (M*H, g, d_v)
+    out = out.view(M, H, g, d_v).transpose(1, 2).reshape(R, H * d_v)
+    return F.linear(out, attn.w_o.weight, attn.w_o.bias)
+
+
+def layer_step(layer: DecoderLayer, x: Tensor, cache: DecoderCache, index: int) -> Tensor:
+    layout = cache.cross_layout()[index]
+    M = cache.cross_kv[index][0].shape[0]
+    x = sublayer(layer.self_block, x, lambda h: self_attention(layer.self_attn, h, cache, index))
+    x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
+    ff = layer.ff
+    return sublayer(layer.ff_block, x, lambda h: ff.w2(ff.act(ff.w1(h))))
+
+
+def decoder_step(model, tokens: Tensor, cache: DecoderCache) -> Tensor:
+    """``tokens (R,)``, one per decoder row, after the cache's P positions -> the decoder's
+    last states ``(R, 1, d_model)`` (before the output projection); the cache is extended."""
+    x = embed(model.tgt_embed, tokens, cache.length)
+    for index, layer in enumerate(model.decoder.layers):
+        x = layer_step(layer, x, cache, index)
+    return model.decoder.final_norm(x)[:, None]

@@ -1,0 +1,108 @@
+"""The fused one-token decoder step (``seq2seq.model.step``) computes what the general
+layers compute: same logits for every architecture option it takes, with beams sharing a
+memory row, after reorders within and across sentences; and it is the path searches take."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.model import Seq2Seq, step
+
+VOCAB, PAD = 40, 0
+
+
+def model_for(**overrides) -> Seq2Seq:
+    kw = dict(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=24, n_heads=3, d_ff=40,
+              encoder_layers=2, decoder_layers=2, dropout=0.1, max_positions=32, pad_id=PAD)
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(**(kw | overrides))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+ARCHS = {
+    "pre-layernorm": dict(norm_position="pre"),
+    "post-layernorm": dict(norm_position="post"),
+    "pre-rmsnorm-learned": dict(norm_position="pre", norm="rmsnorm", positional="learned"),
+    "gelu-dk-dv": dict(activation="gelu", d_k=4, d_v=10),
+    "untied": dict(share_embeddings=False, tie_output=False),
+}
+
+
+def general(model: Seq2Seq, monkeypatch):
+    """The same model with the fused step switched off."""
+    monkeypatch.setattr(step, "supported", lambda *a: False)
+
+
+def run_steps(model: Seq2Seq, src, group: int, tokens: torch.Tensor, reorders: dict):
+    """Feed ``tokens (R, T)`` one step at a time; ``reorders[t] = (indices, cross)`` after step t."""
+    mask = model.source_mask(src)
+    cache = model.init_cache(model.encode(src, mask), mask, capacity=2, group=group)
+    out = []
+    for t in range(tokens.shape[1]):
+        logits, cache = model.decode(tokens[:, t : t + 1], None, None, cache)
+        out.append(logits)
+        if t in reorders:
+            indices, cross = reorders[t]
+            cache.reorder(indices, cross=cross)
+            tokens, out = tokens[indices], [o[indices] for o in out]
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS), ids=list(ARCHS))
+def test_fused_step_equals_the_layers(arch, monkeypatch):
+    model = model_for(**ARCHS[arch])
+    src = nn.utils.rnn.pad_sequence([torch.randint(4, VOCAB, (n,)) for n in (7, 3, 5)],
+                                    batch_first=True, padding_value=PAD)
+    torch.manual_seed(1)
+    tokens = torch.randint(4, VOCAB, (6, 8))  # 2 beams per sentence
+    # within sentences (beam), then sentence 1 leaves (its rows 2-3 dropped, memory moves)
+    reorders = {2: (torch.tensor([1, 1, 3, 2, 4, 4]), False),
+                5: (torch.tensor([0, 1, 4, 5]), True)}
+    calls = []
+    real = step.decoder_step
+    monkeypatch.setattr(step, "decoder_step", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        fused = run_steps(model, src, 2, tokens, reorders)
+        assert len(calls) == 8  # every one-token step took the fused path
+        general(model, monkeypatch)
+        layers = run_steps(model, src, 2, tokens, reorders)
+    torch.testing.assert_close(fused, layers, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_step_is_not_taken_where_it_does_not_apply(monkeypatch):
+    """Training mode (dropout), RoPE, attention weights and multi-token chunks use the layers."""
+    calls = []
+    real = step.decoder_step
+    monkeypatch.setattr(step, "decoder_step", lambda *a: calls.append(1) or real(*a))
+    src, tgt = torch.randint(4, VOCAB, (2, 5)), torch.randint(4, VOCAB, (2, 3))
+    for model in (model_for().train(), model_for(positional="rope")):
+        mask = model.source_mask(src)
+        cache = model.init_cache(model.encode(src, mask), mask)
+        model.decode(tgt[:, :1], None, None, cache)
+        model.decode(tgt[:, 1:], None, None, cache)
+    assert calls == []
+
+
+def test_searches_agree_with_the_layers(monkeypatch):
+    """Greedy and beam outputs and scores are the same with and without the fused step."""
+    from seq2seq.config import DecodingConfig
+    from seq2seq.decoding.search import search
+
+    model = model_for(norm_position="pre")
+    src = nn.utils.rnn.pad_sequence([torch.randint(4, VOCAB, (n,)) for n in (9, 2, 6, 4)],
+                                    batch_first=True, padding_value=PAD)
+    results = []
+    for fused in (True, False):
+        if not fused:
+            general(model, monkeypatch)
+        for cfg in (DecodingConfig(method="greedy", max_len_b=12),
+                    DecodingConfig(method="beam", beam_size=3, nbest=3, max_len_b=12)):
+            res = search(model, src, cfg)
+            results.append([[(h.tokens, round(h.score, 4)) for h in hs] for hs in res.hypotheses])
+    assert results[:2] == results[2:]
