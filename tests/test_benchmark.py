@@ -250,13 +250,15 @@ def test_engines_share_each_batch_length_limit(ckpt):
 
 
 # ---------------------------------------------------------------- train, attention
-def test_training_section_on_collated_batches(ckpt):
+def test_training_section_on_collated_batches(ckpt_path, ckpt):
     g = torch.Generator().manual_seed(0)
     examples = [{"src_ids": torch.randint(4, 100, (n,), generator=g).tolist(),
                  "tgt_ids": torch.randint(4, 100, (n + 1,), generator=g).tolist(), "id": i}
                 for i, n in enumerate((5, 7, 3, 6))]
     batches = [collate(examples[:2]), collate(examples[2:])]
-    res = TR.bench_training(ckpt, batches, repeats=1, log=lambda _: None)
+    res = TR.bench_training(ckpt_path, ckpt, batches, repeats=1, log=lambda _: None)
+    pids = [r["pid"] for r in res["rows"]]
+    assert len(set(pids)) == len(pids) and os.getpid() not in pids  # one process a row
     assert [(r["engine"], r["precision"]) for r in res["rows"]][:1] == [("ours", "fp32")]
     assert len(res["rows"]) == (4 if HAVE_HF else 2)
     assert all(r["target_tokens"] == sum(b.n_tgt_tokens for b in batches) for r in res["rows"])
@@ -265,7 +267,7 @@ def test_training_section_on_collated_batches(ckpt):
         assert row["tok_per_s"] == pytest.approx(row["target_tokens"] / row["seconds"])
         if row["engine"] != "ours":
             ratio = ours[row["precision"]]["tok_per_s"] / row["tok_per_s"]
-            assert row["ours_over_this"] == pytest.approx(ratio) and row["pass"] == (ratio >= 1.5)
+            assert row["ours_over_this"] == pytest.approx(ratio) and row["pass"] == (ratio >= 2.5)
     assert len(res["targets"]) == (2 if HAVE_HF else 0)
     table = R.train_table(res, "train")
     for row in res["rows"]:

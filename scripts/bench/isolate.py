@@ -52,7 +52,7 @@ def run_row(spec: dict, sweep: dict[int, Sequence[Any]], threads: int,
                               str(out_path)], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=timeout)
         if res.returncode != 0 or not out_path.exists():
-            raise RuntimeError(f"benchmark row {spec['engine']} {spec.get('search')} failed "
+            raise RuntimeError(f"benchmark row {spec['engine']} {spec.get('search', '')} failed "
                                f"(exit {res.returncode}):\n{res.stderr[-3000:]}")
         return json.loads(out_path.read_text())
 
@@ -112,10 +112,48 @@ def child_batches(specs: list[dict], engine: str) -> list:
     return [DecodeBatch(s["index"], torch.tensor(s["src"]), [], s["max_len"]) for s in specs]
 
 
+def run_train_row(spec: dict, batches: Sequence[Any], threads: int,
+                  timeout: float | None = None) -> dict:
+    """Time one training-step row (``spec``: engine "ours" or "hf", precision, checkpoint,
+    repeats) on ``batches`` in a fresh process; returns the row (``train.train_row``)."""
+    import dataclasses
+
+    import torch
+    with tempfile.TemporaryDirectory(prefix="seq2seq-bench-batches-") as tmp:
+        path = Path(tmp) / "batches.pt"
+        torch.save([{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in batches],
+                   path)
+        return run_row({**spec, "kind": "train", "batches": str(path)}, {}, threads, timeout)
+
+
+def child_train(spec: dict) -> dict:
+    import torch
+
+    from scripts.bench import train
+    from seq2seq.checkpoint import build_model, load_checkpoint
+    torch.set_num_threads(spec["threads"])
+    from seq2seq.data.batch import Batch
+    ckpt = load_checkpoint(spec["checkpoint"])
+    batches = [Batch(**fields) for fields in torch.load(spec["batches"], weights_only=True)]
+    bf16, model = spec["precision"] != "fp32", build_model(ckpt)
+    if spec["engine"] == "ours":
+        step, name = train.ours_train_step(model, bf16), "ours"
+    else:
+        from scripts.bench.decode import hf_model
+        hf = hf_model(model)
+        step, name = train.hf_train_step(hf, model.arch.pad_id, bf16), "HF " + type(hf).__name__
+    row = train.train_row(name, spec["precision"], step, batches, spec["repeats"],
+                          engine=spec["engine"])
+    return {**row, "trainable": train.trainable(model), "pid": os.getpid()}
+
+
 def child_main(spec_path: str, out_path: str) -> None:
     from scripts.bench.timing import claim_process, measure
 
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("kind") == "train":
+        Path(out_path).write_text(json.dumps(child_train(spec)))
+        return
     engine = build_engine(spec)
     claim_process(spec["engine"])
     sweep, best = [], None

@@ -93,7 +93,8 @@ def train_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log(f"\n[train] first {opts.train_batches} batches, max_tokens {opts.max_tokens}")
     batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
                                opts.train_batches)
-    res = bench_training(ckpt, batches, repeats=opts.repeats, max_tokens=opts.max_tokens,
+    res = bench_training(opts.checkpoint, ckpt, batches, repeats=opts.repeats,
+                         max_tokens=opts.max_tokens, threads=opts.threads,
                          precisions=PRECISIONS if opts.bf16 else PRECISIONS[:1], log=log)
     log("\n" + train_table(res, f"Training step: Multi30k train {pair(ckpt)}, "
                            f"{opts.threads} thread(s)"))

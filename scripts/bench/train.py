@@ -96,41 +96,53 @@ def hf_train_step(marian, pad_id: int, bf16: bool) -> Step:
     return step
 
 
-def train_row(name: str, precision: str, step: Step, batches: Sequence, repeats: int) -> dict:
-    """Time ``step`` over all ``batches`` (warm-up: one step on the first batch)."""
-    m = measure(lambda: sum(step(b) for b in batches), repeats, warmup=lambda: step(batches[0]))
+def train_row(name: str, precision: str, step: Step, batches: Sequence, repeats: int,
+              engine: str | None = None) -> dict:
+    """Time ``step`` over all ``batches`` (warm-up: one step on the first batch); ``engine``
+    claims this process for that engine (one engine per process)."""
+    m = measure(lambda: sum(step(b) for b in batches), repeats, warmup=lambda: step(batches[0]),
+                engine=engine)
     return {"engine": name, "precision": precision, "batches": len(batches),
             "target_tokens": m.result, "seconds": m.seconds, "times": m.times,
             "tok_per_s": m.result / m.seconds, "ms_per_step": 1000 * m.seconds / len(batches),
             "rss_peak_mb": m.rss_peak_mb, "rss_rise_mb": m.rss_rise_mb, "ours_over_this": None}
 
 
-def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_tokens: int = 4096,
-                   precisions: Sequence[str] = PRECISIONS, log: Log = print) -> dict:
-    """Ours vs Marian, fp32 and bf16 autocast; every row starts from the checkpoint's weights."""
+def bench_training(ckpt_path: str, ckpt: dict, batches: Sequence, *, repeats: int = 3,
+                   max_tokens: int = 4096, precisions: Sequence[str] = PRECISIONS,
+                   threads: int = 1, log: Log = print) -> dict:
+    """Ours vs Hugging Face, fp32 and bf16 autocast, each row in its own process from the
+    checkpoint's weights on the same ``batches``."""
+    from scripts.bench import isolate
+    from scripts.bench.decode import hf_model
+
     rows, targets, skipped, n_params = [], [], [], {}
     have_hf = optional("transformers") is not None
     if not have_hf:
-        skipped.append("Hugging Face transformers not installed: MarianMTModel rows skipped")
+        skipped.append("Hugging Face transformers not installed: HF rows skipped")
+    else:
+        try:
+            hf_model(build_model(ckpt))
+        except ValueError as err:
+            have_hf = False
+            skipped.append(f"Hugging Face rows skipped: {err}")
+    recipe = {"checkpoint": str(ckpt_path), "repeats": repeats}
     for precision in precisions:
-        bf16 = precision != "fp32"
-        model = build_model(ckpt)
-        n_params["ours"] = trainable(model)
-        log(f"  timing ours training step, {precision} ...")
-        ours = train_row("ours", precision, ours_train_step(model, bf16), batches, repeats)
+        log(f"  timing ours training step, {precision} (own process) ...")
+        ours = isolate.run_train_row({**recipe, "engine": "ours", "precision": precision},
+                                     batches, threads)
+        n_params["ours"] = ours.pop("trainable")
         rows.append(ours)
         if have_hf:
-            from seq2seq.export.marian import to_hf_marian
-
-            marian = to_hf_marian(build_model(ckpt))
-            n_params["HF"] = trainable(marian)
-            log(f"  timing MarianMTModel training step, {precision} ...")
-            hf = train_row("HF MarianMTModel", precision,
-                           hf_train_step(marian, model.arch.pad_id, bf16), batches, repeats)
+            log(f"  timing HF training step, {precision} (own process) ...")
+            hf = isolate.run_train_row({**recipe, "engine": "hf", "precision": precision},
+                                       batches, threads)
+            n_params["HF"] = hf.pop("trainable")
             hf["ours_over_this"] = ours["tok_per_s"] / hf["tok_per_s"]
-            targets.append(target(f"training tokens/s ({precision}): ours ÷ HF", hf, 1.5))
+            targets.append(target(f"training tokens/s ({precision}): ours ÷ HF", hf, 2.5))
             rows.append(hf)
     notes = train_notes(len(batches), rows[0]["target_tokens"], max_tokens, n_params)
+    notes.insert(0, "each row in its own fresh process (one engine per process)")
     return {"rows": rows, "targets": targets, "notes": notes, "skipped": skipped}
 
 
