@@ -330,6 +330,16 @@ def train_options() -> tuple[set[str], set[str]]:
     return listed | ours | {"--help"}, ours
 
 
+def _call_with_help(main, name: str) -> None:
+    """``main(["--help"])``, or ``main()`` with that command line when it takes no argv."""
+    argv = sys.argv
+    sys.argv = [name, "--help"]
+    try:
+        main(["--help"]) if inspect.signature(main).parameters else main()
+    finally:
+        sys.argv = argv
+
+
 @cache
 def command_options() -> dict[str, list[tuple[str, ...]]]:
     """``{command: its options}`` for every console script but seq2seq-train."""
@@ -339,7 +349,7 @@ def command_options() -> dict[str, list[tuple[str, ...]]]:
             continue
         module, func = target.split(":")
         main = getattr(__import__(module, fromlist=[func]), func)
-        options = captured_options(lambda main=main: main(["--help"]))
+        options = captured_options(lambda main=main, name=name: _call_with_help(main, name))
         assert options, f"{name}: no argparse parser found in {target}"
         out[name] = options
     return out
