@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,14 +112,17 @@ def offline(checkpoint: str | Path, texts: list[str], options: dict) -> tuple[li
 
 
 @contextmanager
-def server_process(checkpoint: str | Path, window_ms: float | None = None,
-                   timeout_s: float = 120.0) -> Iterator[str]:
-    """``seq2seq-serve`` in a child process on a free loopback port; yields its URL."""
+def server_process(checkpoint: str | Path | Sequence[str | Path], window_ms: float | None = None,
+                   timeout_s: float = 120.0, args: Sequence[str] = ()) -> Iterator[str]:
+    """``seq2seq-serve`` (one ``-m`` per checkpoint, then ``args``) in a child process on a
+    free loopback port; yields its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cmd = [sys.executable, "-m", "seq2seq.cli.serve", "-m", str(checkpoint), "--port", str(port),
-           "--log-level", "warning"] + (["--window-ms", str(window_ms)] if window_ms is not None else [])
+    checkpoints = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+    cmd = [sys.executable, "-m", "seq2seq.cli.serve", *(a for c in checkpoints for a in ("-m", str(c))),
+           "--port", str(port), "--log-level", "warning", *args]
+    cmd += ["--window-ms", str(window_ms)] if window_ms is not None else []
     child = subprocess.Popen(cmd)
     url = f"http://127.0.0.1:{port}"
     try:
