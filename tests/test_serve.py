@@ -135,21 +135,40 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_answer(models):
     assert 2 <= health["model_calls"] < len(bodies)  # two settings never share a call
 
 
-def test_batcher_chunks_by_key_within_the_token_budget():
-    batcher = MicroBatcher(window_s=0.0, max_tokens=10)
-    jobs = [_job("a", 4), _job("b", 9), _job("a", 4), _job("a", 4), _job("b", 12), _job("a", 11)]
-    chunks = batcher.chunks(jobs)
-    assert sorted(id(j) for c in chunks for j in c) == sorted(id(j) for j in jobs)  # each once
-    for chunk in chunks:
-        assert len({j.key for j in chunk}) == 1
-        assert len(chunk) == 1 or sum(j.tokens for j in chunk) <= 10
-    assert [[j.tokens for j in c] for c in chunks] == [[4, 4], [4], [11], [9], [12]]
+def test_batcher_takes_turns_within_the_cost_budget():
+    """Round-robin: a call starts with the next piece of the request whose turn it is, is
+    filled with pieces of others of the same key up to the budget, and those go to the back:
+    the small request waits for one bounded piece of the big one, not for all of it."""
+    batcher = MicroBatcher(window_s=0.0, max_cost=10)
+    jobs = {"big": _job("a", [4] * 6), "small": _job("a", [3]), "other": _job("b", [9, 2]),
+            "dear": _job("a", [11])}
+    name = {id(job): n for n, job in jobs.items()}
+    batcher._active.extend(jobs.values())
+    calls = []
+    while batcher._active:
+        pieces = batcher.next_call()
+        calls.append([(name[id(j)], start, end) for j, start, end in pieces])
+        assert sum(c for j, start, end in pieces for c in j.costs[start:end]) <= 10 or len(pieces) == 1
+        for job, _, end in pieces:
+            job.done = end
+            if end == len(job.texts):
+                batcher._active.remove(job)
+    assert calls == [
+        [("big", 0, 2)],  # 8: small's 3 would pass 10
+        [("small", 0, 1), ("big", 2, 3)],  # small's turn, filled with big's next piece
+        [("other", 0, 1)],  # key b never shares a call with key a
+        [("dear", 0, 1)],  # dearer than the budget: alone
+        [("big", 3, 5)],
+        [("other", 1, 2)],
+        [("big", 5, 6)],
+    ]
 
 
-def _job(key, tokens):
+def _job(key, costs):
     from seq2seq.serving.batcher import _Job
 
-    return _Job(key, ["x"], tokens, lambda texts: texts, None)
+    future = asyncio.new_event_loop().create_future()
+    return _Job(key, ["x"] * len(costs), costs, lambda texts: texts, future)
 
 
 def test_the_model_runs_off_the_event_loop():
@@ -163,10 +182,10 @@ def test_the_model_runs_off_the_event_loop():
         return texts
 
     async def scenario():
-        batcher = MicroBatcher(window_s=0.0, max_tokens=10)
+        batcher = MicroBatcher(window_s=0.0, max_cost=10)
         await batcher.start()
         try:
-            pending = asyncio.ensure_future(batcher.submit("k", ["x"], 1, work))
+            pending = asyncio.ensure_future(batcher.submit("k", ["x"], [1], work))
             await asyncio.sleep(0.05)
             assert not pending.done()
             release.set()
@@ -186,11 +205,11 @@ def test_a_failing_request_fails_alone():
         return [t.upper() for t in texts]
 
     async def scenario():
-        batcher = MicroBatcher(window_s=0.05, max_tokens=100)
+        batcher = MicroBatcher(window_s=0.05, max_cost=100)
         await batcher.start()
         try:
             texts = [["a", "b"], ["boom"], ["c"]]
-            outs = await asyncio.gather(*(batcher.submit("k", t, 1, work) for t in texts),
+            outs = await asyncio.gather(*(batcher.submit("k", t, [1] * len(t), work) for t in texts),
                                         return_exceptions=True)
             return outs, batcher.model_calls
         finally:

@@ -29,7 +29,7 @@ _OPTIONS = {
     "host": (str, "address to listen on; anything but loopback is reachable from other machines"),
     "port": (int, "TCP port (0 = any free port)"),
     "window_ms": (float, "collection window: requests arriving within it share a model call"),
-    "max_batch_tokens": (int, "source tokens per merged model call"),
+    "max_batch_tokens": (int, "source tokens per padded batch within a model call"),
     "max_texts": (int, "texts per /translate request"),
     "max_text_chars": (int, "characters per text"),
     "max_beam": (int, "largest beam a request may ask for"),
@@ -39,8 +39,11 @@ _OPTIONS = {
                       "without a valid key get 403"),
     "req_limit": (int, "requests per minute per API key (a key's own line may say otherwise)"),
     "max_body_bytes": (int, "request body size, counted while reading (chunked too)"),
-    "max_work": (int, "work of one request: max output lengths x beam (or samples), summed"),
+    "max_work": (int, "work of one request, summed over its texts; a text's work is its max "
+                      "output length x (source + max output length) x beam (or samples)"),
     "max_response_bytes": (int, "estimated size of one answer"),
+    "call_work": (int, "work per model call, and the most one text may take: bigger requests "
+                       "are cut into pieces that take turns with other requests"),
     "request_timeout_s": (float, "seconds a request may take before it gets 503"),
     "max_connections": (int, "open connections; more are closed at once (503 past it for requests)"),
     "header_timeout_s": (float, "seconds for a request's headers to arrive"),

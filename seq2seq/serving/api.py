@@ -11,6 +11,7 @@ Bad requests get a 4xx with a one-line ``detail``: 404 unknown model, 413 too mu
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from functools import partial
 
@@ -169,7 +170,7 @@ class Server:
         if not models:
             raise ValueError("seq2seq-serve needs at least one model (-m CHECKPOINT)")
         self.models, self.cfg = models, cfg
-        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.max_batch_tokens)
+        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work)
         self.default = next(iter(models))
         self.keys = ApiKeys.load(cfg.api_keys, cfg.req_limit) if cfg.api_keys else None
 
@@ -200,13 +201,11 @@ class Server:
             raise HTTPException(413, f"{len(texts)} texts; this server takes at most "
                                      f"{self.cfg.max_texts} per request")
         tokens = source_tokens(served, texts, self.cfg)
-        check_cost(tokens, decoding, served.translator.model.arch, self.cfg)
-        if not texts:
-            return []
+        costs = check_cost(tokens, decoding, served.translator.model.arch, self.cfg)
         # Sampling draws depend on the batch: a sampled request never shares a call.
         key = object() if decoding.method == "sample" else (served.name, repr(decoding))
         work = partial(translate_texts, served, decoding)
-        return await self.batcher.submit(key, texts, sum(tokens), work)
+        return await self.batcher.submit(key, texts, costs, work)
 
     async def translate(self, req: TranslateRequest, request: Request) -> dict:
         served, decoding = self.model(req.model), self.decoding(req)
@@ -231,4 +230,14 @@ class Server:
     def health(self) -> dict:
         b = self.batcher
         return {"status": "ok", "models": list(self.models), "requests": b.requests,
-                "model_calls": b.model_calls}
+                "model_calls": b.model_calls, "rss_mb": rss_mb()}
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (Linux; ``None`` elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)

@@ -70,20 +70,28 @@ def output_limits(src_tokens: list[int], decoding: DecodingConfig, max_positions
 
 
 def check_cost(src_tokens: list[int], decoding: DecodingConfig, arch, cfg: ServeConfig,
-               attention: bool = False) -> None:
-    """413 if translating texts of ``src_tokens`` tokens (EOS included) with ``decoding``
-    could exceed the server's work or answer size; else nothing. Worst case: every output
-    runs to its length limit (``min_len`` can force that)."""
+               attention: bool = False) -> list[int]:
+    """The work of each text; 413 if translating texts of ``src_tokens`` tokens (EOS
+    included) with ``decoding`` could take more work than the server allows (per text: one
+    model call's ``call_work``; per request: ``max_work``) or build a bigger answer than
+    ``max_response_bytes``. Work = output positions x (source + output positions, what each
+    step attends to) x hypotheses kept (beam, or samples). Worst case: every output runs to
+    its length limit (``min_len`` can force that)."""
     if not src_tokens:
-        return
+        return []
     outs = output_limits(src_tokens, decoding, arch.max_positions)
     kept = decoding.beam_size if decoding.method == "beam" else decoding.nbest
-    work = sum(outs) * kept
-    if work > cfg.max_work:
-        raise HTTPException(413, f"this request may take {work} decoding steps x hypotheses "
-                                 f"(max output lengths x {kept}); this server allows at most "
-                                 f"{cfg.max_work}: send fewer or shorter texts, or ask a smaller "
-                                 "beam, nbest, max_len_a or max_len_b")
+    costs = [o * (s + o) * kept for s, o in zip(src_tokens, outs)]
+    advice = "send shorter texts, or ask a smaller beam, nbest, max_len_a or max_len_b"
+    for i, cost in enumerate(costs):
+        if cost > cfg.call_work:
+            raise HTTPException(413, f"text {i} may take {cost} units of work ({src_tokens[i]} "
+                                     f"source tokens, up to {outs[i]} output tokens, {kept} "
+                                     f"hypotheses); this server allows {cfg.call_work} per text: "
+                                     + advice)
+    if sum(costs) > cfg.max_work:
+        raise HTTPException(413, f"this request may take {sum(costs)} units of work; this "
+                                 f"server allows at most {cfg.max_work} per request: " + advice)
     size = sum(len_ * (decoding.nbest + 1) for len_ in outs) * BYTES_PER_TOKEN
     if attention:
         (s,), (t,) = src_tokens, outs
@@ -93,6 +101,7 @@ def check_cost(src_tokens: list[int], decoding: DecodingConfig, arch, cfg: Serve
         raise HTTPException(413, f"the answer may be {size} bytes; this server sends at most "
                                  f"{cfg.max_response_bytes}: send a shorter text, or ask a smaller "
                                  "nbest, max_len_a or max_len_b")
+    return costs
 
 
 async def _disconnected(request: Request) -> None:

@@ -116,6 +116,15 @@ def server_process(checkpoint: str | Path | Sequence[str | Path], window_ms: flo
                    timeout_s: float = 120.0, args: Sequence[str] = ()) -> Iterator[str]:
     """``seq2seq-serve`` (one ``-m`` per checkpoint, then ``args``) in a child process on a
     free loopback port; yields its URL."""
+    with server_child(checkpoint, window_ms, timeout_s, args) as (url, _child):
+        yield url
+
+
+@contextmanager
+def server_child(checkpoint: str | Path | Sequence[str | Path], window_ms: float | None = None,
+                 timeout_s: float = 120.0, args: Sequence[str] = (),
+                 **popen) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`server_process`, yielding the child process too."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -123,11 +132,11 @@ def server_process(checkpoint: str | Path | Sequence[str | Path], window_ms: flo
     cmd = [sys.executable, "-m", "seq2seq.cli.serve", *(a for c in checkpoints for a in ("-m", str(c))),
            "--port", str(port), "--log-level", "warning", *args]
     cmd += ["--window-ms", str(window_ms)] if window_ms is not None else []
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, **popen)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, child, timeout_s)
-        yield url
+        yield url, child
     finally:
         child.terminate()
         try:
