@@ -154,6 +154,11 @@ def test_api_keys_accepted_refused_and_rate_limited(keyed_url):
     assert [r.status_code for r in slow] == [200, 200, 429]
     assert slow[2].json() == {"error": "Slowdown: 2 per 1 minute"}
     assert httpx.get(keyed_url + "languages").status_code == 200  # no key needed to look
+    native = keyed_url.removesuffix("libretranslate/") + "translate"  # our API: X-API-Key
+    body = {"texts": GERMAN[:1]}
+    assert httpx.post(native, json=body, headers={"X-API-Key": "good-key"}).status_code == 200
+    refused = httpx.post(native, json=body)
+    assert refused.status_code == 403 and "contact the server operator" in refused.json()["detail"]
 
 
 def test_keys_are_counted_per_minute_and_read_with_clear_errors(tmp_path):

@@ -343,6 +343,10 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
         (["-m", str(SHIPPED), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
         (["-m", f"m={SHIPPED}", "-m", f"m={SHIPPED}", "--port", "0"], "a model named 'm' was given twice"),
         (["-m", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),
+        (["-m", str(SHIPPED), "--request-timeout-s", "nan"], "--request-timeout-s must be a finite"),
+        (["-m", str(SHIPPED), "--max-connections", "0"], "--max-connections must be > 0"),
+        (["-m", str(SHIPPED), "--port", "0", "--api-keys", str(tmp_path / "keys.txt")],
+         "--api-keys " + str(tmp_path / "keys.txt") + ": cannot read it"),
     ]
     with busy:
         for argv, words in cases:
