@@ -54,6 +54,11 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return error(request.url.path, exc.status_code, str(exc.detail), exc.headers)
 
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception) -> JSONResponse:
+        # logged with its traceback by the server; the client gets one line in its API's shape
+        return error(request.url.path, 500, f"Cannot translate text: {type(exc).__name__}")
+
     @app.exception_handler(RequestValidationError)
     async def one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field

@@ -103,7 +103,7 @@ def uvicorn_config(app: FastAPI, log_level: str) -> uvicorn.Config:
                             timeout_keep_alive=cfg.keep_alive_s,
                             h11_max_incomplete_event_size=cfg.max_header_bytes)
     log_filter = RateLimitedLog(cfg.log_per_minute)  # after uvicorn set up its loggers
-    for name in ("asyncio", "uvicorn.error"):
+    for name in ("asyncio", "uvicorn.error", "seq2seq.serving.batcher"):
         logger = logging.getLogger(name)
         for old in [f for f in logger.filters if isinstance(f, RateLimitedLog)]:
             logger.removeFilter(old)
