@@ -371,6 +371,18 @@ def test_load_test_reports_every_answer_correct(tmp_path):
     json.dumps(summary)  # the --json output is plain JSON
 
 
+@pytest.mark.slow
+def test_mixed_load_test_checks_both_apis_and_reports_memory():
+    """Half the requests through LibreTranslate's API (default decoding), half through ours
+    (beam 2): every answer is checked against its own offline translation."""
+    report = run_loadtest(SHIPPED, TEST_DE, clients=2, requests=3, texts_per_request=2,
+                          options={"beam": 2}, time_limit_s=120, libre_share=0.5)
+    assert (report.answered, report.errors, report.wrong) == (6, 0, 0), report.first_problems
+    assert report.libre_requests == 3
+    assert 0 < report.rss_before_mb <= report.rss_peak_mb and report.rss_after_mb > 0
+    assert any("LibreTranslate requests: 3 of 6" in line for line in report.lines())
+
+
 def test_load_test_refuses_other_machines_and_unbounded_runs():
     for url in ("http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"):
         check_loopback(url)
@@ -380,6 +392,7 @@ def test_load_test_refuses_other_machines_and_unbounded_runs():
     for kwargs, words in [({"clients": 0, "requests": 1}, "--clients 0"),
                           ({"clients": 300, "requests": 1}, "--clients 300"),
                           ({"clients": 10, "requests": 20_000}, "at most 100000"),
-                          ({"clients": 1, "requests": 1, "time_limit_s": 0}, "--time-limit 0")]:
+                          ({"clients": 1, "requests": 1, "time_limit_s": 0}, "--time-limit 0"),
+                          ({"clients": 1, "requests": 1, "libre_share": 1.5}, "--libre-share 1.5")]:
         with pytest.raises(ValueError, match=words):
             run_loadtest(SHIPPED, TEST_DE, **kwargs)
