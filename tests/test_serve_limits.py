@@ -130,6 +130,14 @@ def test_half_sent_headers_are_dropped_and_connections_capped(limited):
     assert health(url)["status"] == "ok"
 
 
+def test_headers_over_the_size_limit_are_refused(limited):
+    sock = connect(limited[0])
+    # never finished: h11 buffers at most 16384 bytes of an unfinished request head
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Junk: " + b"a" * 20_000)
+    assert status_of(sock) == 400
+    sock.close()
+
+
 def test_repeated_log_messages_are_rate_limited():
     log = logging.getLogger("seq2seq.test.flood")
     log.propagate = False
@@ -234,6 +242,14 @@ def settled_calls(url: str) -> int:
         time.sleep(1.0)
         if health(url)["model_calls"] == calls:
             return calls
+
+
+def test_libretranslate_requests_have_the_time_limit_too(limited):
+    url, _ = limited
+    body = {"q": SLOW["texts"], "source": "de", "target": "en", "alternatives": 15}
+    got = httpx.post(url + "/libretranslate/translate", json=body, timeout=60)
+    assert got.status_code == 503 and "limit of 3 s" in got.json()["error"], got.text
+    assert settled_calls(url) >= 0  # let its last piece finish before the next test
 
 
 def test_a_small_request_is_not_stuck_behind_a_big_one(patient):

@@ -49,7 +49,7 @@ _OPTIONS = {
     "header_timeout_s": (float, "seconds for a request's headers to arrive"),
     "body_timeout_s": (float, "seconds to wait for each piece of a request body"),
     "keep_alive_s": (int, "seconds an idle kept-alive connection stays open"),
-    "max_header_bytes": (int, "bytes of request line + headers"),
+    "max_header_bytes": (int, "bytes of an unfinished request line + headers held in memory"),
     "log_per_minute": (int, "each kind of log message at most this often"),
 }
 

@@ -21,6 +21,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from seq2seq.config import DecodingConfig
 from seq2seq.serving.api import DecodingOptions, Server
 from seq2seq.serving.langid import LanguageDetector
+from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import text_runs, translate_html
 from seq2seq.serving.models import ServedModel
 
@@ -147,10 +148,11 @@ class LibreTranslate:
         self._check_texts(texts)
         if source == "auto":
             detected = [self.detector.detect(t) for t in texts]
-            out = await self._translate_detected(texts, detected, target, fmt, alternatives)
+            work = self._translate_detected(texts, detected, target, fmt, alternatives)
         else:
             self._check_pair(source, target)
-            out = await self._translate_format(texts, source, target, fmt, alternatives)
+            work = self._translate_format(texts, source, target, fmt, alternatives)
+        out = await bounded(request, work, self.server.cfg.request_timeout_s)
         answer: dict = {"translatedText": [o[0] for o in out] if batch else out[0][0]}
         if alternatives:
             answer["alternatives"] = [o[1] for o in out] if batch else out[0][1]
