@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 import httpx  # noqa: E402
@@ -164,11 +166,40 @@ def test_batcher_takes_turns_within_the_cost_budget():
     ]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.lists(st.integers(1, 15), min_size=1, max_size=8)),
+                min_size=1, max_size=6))
+def test_batcher_schedules_every_text_once_in_order_and_in_turn(jobs_spec):
+    """Any mix of requests: each text runs exactly once, a request's texts in order, a call
+    holds one key within the budget (or one dear text), and no request waits for more calls
+    than there are requests ahead of it before each of its pieces."""
+    batcher = MicroBatcher(window_s=0.0, max_cost=10)
+    jobs = [_job(key, costs) for key, costs in jobs_spec]
+    batcher._active.extend(jobs)
+    ran = {id(j): [] for j in jobs}
+    waited = {id(j): 0 for j in jobs}
+    while batcher._active:
+        pieces = batcher.next_call()
+        assert len({j.key for j, _, _ in pieces}) == 1
+        cost = sum(c for j, start, end in pieces for c in j.costs[start:end])
+        assert cost <= 10 or (len(pieces) == 1 and pieces[0][2] - pieces[0][1] == 1)
+        for job in batcher._active:
+            waited[id(job)] = 0 if any(j is job for j, _, _ in pieces) else waited[id(job)] + 1
+            assert waited[id(job)] < len(jobs)
+        for job, start, end in pieces:
+            ran[id(job)].extend(range(start, end))
+            job.done = end
+            if end == len(job.texts):
+                batcher._active.remove(job)
+    assert all(ran[id(j)] == list(range(len(j.texts))) for j in jobs)
+
+
 def _job(key, costs):
+    from concurrent.futures import Future  # only .done() is asked: no event loop needed
+
     from seq2seq.serving.batcher import _Job
 
-    future = asyncio.new_event_loop().create_future()
-    return _Job(key, ["x"] * len(costs), costs, lambda texts: texts, future)
+    return _Job(key, ["x"] * len(costs), costs, lambda texts: texts, Future())
 
 
 def test_the_model_runs_off_the_event_loop():

@@ -210,6 +210,8 @@ def test_hostile_bodies_end_in_one_line_errors_and_memory_comes_back(limited):
         assert 400 <= got.status_code < 500, (path, got.text)
         message = got.json()["error" if path.startswith("/libre") else "detail"]
         assert isinstance(message, str) and "\n" not in message and "--" not in message
+    untyped = httpx.post(url + "/translate", content=b'{"texts": ["Hund"]}', timeout=60)
+    assert "a JSON object is expected (Content-Type: application/json)" in untyped.json()["detail"]
     assert health(url)["rss_mb"] < before + 100
 
 
