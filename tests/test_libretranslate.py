@@ -228,6 +228,27 @@ def test_a_failed_translation_is_a_one_line_500_in_each_api_shape(monkeypatch):
     assert (ours.status_code, ours.json()) == (500, {"detail": "Cannot translate text: RuntimeError"})
 
 
+def test_libretranslate_requests_have_the_time_limit(monkeypatch):
+    """A model call slower than the time limit (a sleeping stand-in: the same on any machine)."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    import seq2seq.serving.api as api
+    from seq2seq.config import ServeConfig
+    from seq2seq.serving import create_app, load_models
+
+    def slow(served, decoding, texts, need_attention=False):
+        time.sleep(1.0)
+        return served.translator.translate_full(texts)
+
+    monkeypatch.setattr(api, "translate_texts", slow)
+    app = create_app(load_models([str(DE_EN)]), ServeConfig(request_timeout_s=0.2))
+    with TestClient(app) as c:
+        got = c.post("/libretranslate/translate", json={"q": "Hund", "source": "de", "target": "en"})
+    assert got.status_code == 503 and "limit of 0.2 s" in got.json()["error"]
+
+
 # ---------------------------------------------------------------- HTML, as a property
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("<>/&;=\"' abp!-#x\n")), max_size=60))
