@@ -2,10 +2,13 @@
 
     python scripts/loadtest.py -m data/models/multi30k_de_en_tiny.ckpt --clients 8 --requests 50
     python scripts/loadtest.py -m CKPT --url http://127.0.0.1:8000 --beam 5   # a running server
+    python scripts/loadtest.py -m CKPT --clients 1,8,64 --requests 20 --libre-share 0.5  # mixed APIs
 
 Translates the sentences offline first (the reference answers and the offline batch
 throughput), then starts ``seq2seq-serve`` on a free loopback port (unless --url) and runs
-N clients x M requests concurrently. Exit status 1 if any request failed or got a wrong
+N clients x M requests concurrently (for each N of --clients, a fresh server each), a share
+of them to the LibreTranslate API. Reports latency percentiles, throughput and the server's
+memory before, at its peak and after. Exit status 1 if any request failed or got a wrong
 answer. Logic: ``seq2seq.serving.loadtest``.
 """
 
@@ -27,28 +30,43 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_argument(ap, help="the checkpoint the server serves (its default model)")
     ap.add_argument("--sentences", default="data/multi30k/test_2016_flickr.de.gz",
                     help="source sentences, one a line (.gz too)")
-    ap.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    ap.add_argument("--clients", type=_levels, default=[8],
+                    help="concurrent clients; several levels as 1,8,64 (default 8)")
     ap.add_argument("--requests", type=int, default=50, help="requests per client")
     ap.add_argument("--texts-per-request", type=int, default=1)
     ap.add_argument("--beam", type=int, help="decoding option sent with every request")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds; then it stops")
     ap.add_argument("--window-ms", type=float, help="the started server's collection window")
     ap.add_argument("--url", help="load a running server on this machine instead")
+    ap.add_argument("--libre-share", type=float, default=0.0,
+                    help="part of the requests sent to /libretranslate/translate (0-1, default 0)")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     return ap
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of clients, or several as 1,8,64") from None
 
 
 def run(args: argparse.Namespace) -> None:
     from seq2seq.serving.loadtest import run_loadtest  # after argument errors
 
     options = {"beam": args.beam} if args.beam is not None else {}
-    report = run_loadtest(args.checkpoint, args.sentences, args.clients, args.requests,
-                          args.texts_per_request, options, args.url, args.time_limit,
-                          args.window_ms)
-    print("\n".join(report.lines()))
+    reports = []
+    for clients in args.clients:
+        report = run_loadtest(args.checkpoint, args.sentences, clients, args.requests,
+                              args.texts_per_request, options, args.url, args.time_limit,
+                              args.window_ms, args.libre_share)
+        print("\n".join(report.lines()), flush=True)
+        reports.append(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report.summary(), indent=2) + "\n")
-    if report.errors or report.wrong or report.answered < report.requests:
+        figures = [r.summary() for r in reports]
+        Path(args.json).write_text(json.dumps(figures[0] if len(figures) == 1 else figures,
+                                              indent=2) + "\n")
+    if any(r.errors or r.wrong or r.answered < r.requests for r in reports):
         sys.exit(1)
 
 

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 import httpx  # noqa: E402
@@ -135,21 +137,69 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_answer(models):
     assert 2 <= health["model_calls"] < len(bodies)  # two settings never share a call
 
 
-def test_batcher_chunks_by_key_within_the_token_budget():
-    batcher = MicroBatcher(window_s=0.0, max_tokens=10)
-    jobs = [_job("a", 4), _job("b", 9), _job("a", 4), _job("a", 4), _job("b", 12), _job("a", 11)]
-    chunks = batcher.chunks(jobs)
-    assert sorted(id(j) for c in chunks for j in c) == sorted(id(j) for j in jobs)  # each once
-    for chunk in chunks:
-        assert len({j.key for j in chunk}) == 1
-        assert len(chunk) == 1 or sum(j.tokens for j in chunk) <= 10
-    assert [[j.tokens for j in c] for c in chunks] == [[4, 4], [4], [11], [9], [12]]
+def test_batcher_takes_turns_within_the_cost_budget():
+    """Round-robin: a call starts with the next piece of the request whose turn it is, is
+    filled with pieces of others of the same key up to the budget, and those go to the back:
+    the small request waits for one bounded piece of the big one, not for all of it."""
+    batcher = MicroBatcher(window_s=0.0, max_cost=10)
+    jobs = {"big": _job("a", [4] * 6), "small": _job("a", [3]), "other": _job("b", [9, 2]),
+            "dear": _job("a", [11])}
+    name = {id(job): n for n, job in jobs.items()}
+    batcher._active.extend(jobs.values())
+    calls = []
+    while batcher._active:
+        pieces = batcher.next_call()
+        calls.append([(name[id(j)], start, end) for j, start, end in pieces])
+        assert sum(c for j, start, end in pieces for c in j.costs[start:end]) <= 10 or len(pieces) == 1
+        for job, _, end in pieces:
+            job.done = end
+            if end == len(job.texts):
+                batcher._active.remove(job)
+    assert calls == [
+        [("big", 0, 2)],  # 8: small's 3 would pass 10
+        [("small", 0, 1), ("big", 2, 3)],  # small's turn, filled with big's next piece
+        [("other", 0, 1)],  # key b never shares a call with key a
+        [("dear", 0, 1)],  # dearer than the budget: alone
+        [("big", 3, 5)],
+        [("other", 1, 2)],
+        [("big", 5, 6)],
+    ]
 
 
-def _job(key, tokens):
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.lists(st.integers(1, 15), min_size=1, max_size=8)),
+                min_size=1, max_size=6))
+def test_batcher_schedules_every_text_once_in_order_and_in_turn(jobs_spec):
+    """Any mix of requests: each text runs exactly once, a request's texts in order, a call
+    holds one key within the budget (or one dear text), and no request waits for more calls
+    than there are requests ahead of it before each of its pieces."""
+    batcher = MicroBatcher(window_s=0.0, max_cost=10)
+    jobs = [_job(key, costs) for key, costs in jobs_spec]
+    batcher._active.extend(jobs)
+    ran = {id(j): [] for j in jobs}
+    waited = {id(j): 0 for j in jobs}
+    while batcher._active:
+        pieces = batcher.next_call()
+        assert len({j.key for j, _, _ in pieces}) == 1
+        cost = sum(c for j, start, end in pieces for c in j.costs[start:end])
+        assert cost <= 10 or (len(pieces) == 1 and pieces[0][2] - pieces[0][1] == 1)
+        for job in batcher._active:
+            waited[id(job)] = 0 if any(j is job for j, _, _ in pieces) else waited[id(job)] + 1
+            assert waited[id(job)] < len(jobs)
+        for job, start, end in pieces:
+            ran[id(job)].extend(range(start, end))
+            job.done = end
+            if end == len(job.texts):
+                batcher._active.remove(job)
+    assert all(ran[id(j)] == list(range(len(j.texts))) for j in jobs)
+
+
+def _job(key, costs):
+    from concurrent.futures import Future  # only .done() is asked: no event loop needed
+
     from seq2seq.serving.batcher import _Job
 
-    return _Job(key, ["x"], tokens, lambda texts: texts, None)
+    return _Job(key, ["x"] * len(costs), costs, lambda texts: texts, Future())
 
 
 def test_the_model_runs_off_the_event_loop():
@@ -163,10 +213,10 @@ def test_the_model_runs_off_the_event_loop():
         return texts
 
     async def scenario():
-        batcher = MicroBatcher(window_s=0.0, max_tokens=10)
+        batcher = MicroBatcher(window_s=0.0, max_cost=10)
         await batcher.start()
         try:
-            pending = asyncio.ensure_future(batcher.submit("k", ["x"], 1, work))
+            pending = asyncio.ensure_future(batcher.submit("k", ["x"], [1], work))
             await asyncio.sleep(0.05)
             assert not pending.done()
             release.set()
@@ -186,11 +236,11 @@ def test_a_failing_request_fails_alone():
         return [t.upper() for t in texts]
 
     async def scenario():
-        batcher = MicroBatcher(window_s=0.05, max_tokens=100)
+        batcher = MicroBatcher(window_s=0.05, max_cost=100)
         await batcher.start()
         try:
             texts = [["a", "b"], ["boom"], ["c"]]
-            outs = await asyncio.gather(*(batcher.submit("k", t, 1, work) for t in texts),
+            outs = await asyncio.gather(*(batcher.submit("k", t, [1] * len(t), work) for t in texts),
                                         return_exceptions=True)
             return outs, batcher.model_calls
         finally:
@@ -248,14 +298,14 @@ BAD = [  # (endpoint, body (dict or raw bytes), status, words the detail must co
     ("/translate", {"texts": ["x"], "beam": 0}, 422, "beam size must be >= 1"),
     ("/translate", {"texts": ["x"], "beam": 17}, 422, "at most 16"),
     ("/translate", {"texts": ["x"], "beam": 3, "nbest": 4}, 422, "nbest=4 cannot exceed beam_size=3"),
-    ("/translate", {"texts": ["x"], "nbest": 2}, 422, "--nbest N > 1 needs"),
+    ("/translate", {"texts": ["x"], "nbest": 2}, 422, "nbest N > 1 needs beam K >= N or sample"),
     ("/translate", {"texts": ["x"], "length_penalty": "long"}, 422, "'long' is not one of"),
     ("/translate", {"texts": ["x"], "topp": 1.5}, 422, "top_p must be in (0, 1]"),
     ("/translate", {"texts": ["x"], "seed": -1}, 422, "seed:"),
     ("/translate", {"texts": ["x"], "max_len_b": 10**9}, 422, "max_len_b:"),
     ("/translate", b'{"texts": ["x"], "sample": true, "temperature": NaN}', 422, "temperature:"),
     ("/translate", b'{"texts": ["x"', 422, "JSON decode error"),
-    ("/translate", b'{"texts": ["' + b"x" * 600_000 + b'"]}', 413, "request body over"),
+    ("/translate", b'{"texts": ["' + b"x" * 1_100_000 + b'"]}', 413, "request body over"),
     ("/attention", {"text": "   "}, 422, "nothing to translate"),
     ("/attention", {"text": "x", "beam": "wide"}, 422, "beam:"),
     ("/translate", {"texts": ["x"], "beam": True}, 422, "beam: Input should be a valid integer"),
@@ -275,6 +325,7 @@ def test_bad_requests_get_a_one_line_4xx_and_the_server_stays_up(client, path, b
     assert answer.status_code == status, answer.text
     detail = answer.json()["detail"]
     assert isinstance(detail, str) and "\n" not in detail and words in detail
+    assert "--" not in detail  # the API's words, not the command line's
     assert client.get("/health").json()["status"] == "ok"
     assert client.post("/translate", json={"texts": ["Ein Hund."]}).json()["results"][0]["hyp"]
 
@@ -323,6 +374,10 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
         (["-m", str(SHIPPED), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
         (["-m", f"m={SHIPPED}", "-m", f"m={SHIPPED}", "--port", "0"], "a model named 'm' was given twice"),
         (["-m", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),
+        (["-m", str(SHIPPED), "--request-timeout-s", "nan"], "--request-timeout-s must be a finite"),
+        (["-m", str(SHIPPED), "--max-connections", "0"], "--max-connections must be > 0"),
+        (["-m", str(SHIPPED), "--port", "0", "--api-keys", str(tmp_path / "keys.txt")],
+         "--api-keys " + str(tmp_path / "keys.txt") + ": cannot read it"),
     ]
     with busy:
         for argv, words in cases:
@@ -347,6 +402,18 @@ def test_load_test_reports_every_answer_correct(tmp_path):
     json.dumps(summary)  # the --json output is plain JSON
 
 
+@pytest.mark.slow
+def test_mixed_load_test_checks_both_apis_and_reports_memory():
+    """Half the requests through LibreTranslate's API (default decoding), half through ours
+    (beam 2): every answer is checked against its own offline translation."""
+    report = run_loadtest(SHIPPED, TEST_DE, clients=2, requests=3, texts_per_request=2,
+                          options={"beam": 2}, time_limit_s=120, libre_share=0.5)
+    assert (report.answered, report.errors, report.wrong) == (6, 0, 0), report.first_problems
+    assert report.libre_requests == 3
+    assert 0 < report.rss_before_mb <= report.rss_peak_mb and report.rss_after_mb > 0
+    assert any("LibreTranslate requests: 3 of 6" in line for line in report.lines())
+
+
 def test_load_test_refuses_other_machines_and_unbounded_runs():
     for url in ("http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"):
         check_loopback(url)
@@ -356,6 +423,7 @@ def test_load_test_refuses_other_machines_and_unbounded_runs():
     for kwargs, words in [({"clients": 0, "requests": 1}, "--clients 0"),
                           ({"clients": 300, "requests": 1}, "--clients 300"),
                           ({"clients": 10, "requests": 20_000}, "at most 100000"),
-                          ({"clients": 1, "requests": 1, "time_limit_s": 0}, "--time-limit 0")]:
+                          ({"clients": 1, "requests": 1, "time_limit_s": 0}, "--time-limit 0"),
+                          ({"clients": 1, "requests": 1, "libre_share": 1.5}, "--libre-share 1.5")]:
         with pytest.raises(ValueError, match=words):
             run_loadtest(SHIPPED, TEST_DE, **kwargs)

@@ -4,9 +4,11 @@
     seq2seq-serve -m de_en=avg.ckpt -m en_de=runs/en_de/avg.ckpt --port 8080
 
 Endpoints: POST /translate, POST /attention, GET /health, GET /models; the explorer at /,
-the OpenAPI docs at /docs. Every checkpoint is loaded once; clients pick one by name (the
-file's stem, or NAME in -m NAME=PATH; the first is the default). Listens on 127.0.0.1 unless
---host says otherwise: there is no authentication.
+the OpenAPI schema at /openapi.json. LibreTranslate's API (POST /translate, POST /detect,
+GET /languages) is under /libretranslate/: give its clients http://HOST:PORT/libretranslate/.
+Every checkpoint is loaded once; our API picks one by name (the file's stem, or NAME in
+-m NAME=PATH; the first is the default), LibreTranslate's by language pair. Listens on
+127.0.0.1 unless --host says otherwise; without --api-keys there is no authentication.
 """
 
 from __future__ import annotations
@@ -27,12 +29,28 @@ _OPTIONS = {
     "host": (str, "address to listen on; anything but loopback is reachable from other machines"),
     "port": (int, "TCP port (0 = any free port)"),
     "window_ms": (float, "collection window: requests arriving within it share a model call"),
-    "max_batch_tokens": (int, "source tokens per merged model call"),
+    "max_batch_tokens": (int, "source tokens per padded batch within a model call"),
     "max_texts": (int, "texts per /translate request"),
     "max_text_chars": (int, "characters per text"),
     "max_beam": (int, "largest beam a request may ask for"),
     "max_nbest": (int, "largest n-best a request may ask for"),
     "threads": (int, "torch threads for the model (default: torch's choice)"),
+    "api_keys": (str, "file of API keys, one 'KEY [REQUESTS_PER_MINUTE]' a line: requests "
+                      "without a valid key get 403"),
+    "req_limit": (int, "requests per minute per API key (a key's own line may say otherwise)"),
+    "max_body_bytes": (int, "request body size, counted while reading (chunked too)"),
+    "max_work": (int, "work of one request, summed over its texts; a text's work is its max "
+                      "output length x (source + max output length) x beam (or samples)"),
+    "max_response_bytes": (int, "estimated size of one answer"),
+    "call_work": (int, "work per model call, and the most one text may take: bigger requests "
+                       "are cut into pieces that take turns with other requests"),
+    "request_timeout_s": (float, "seconds a request may take before it gets 503"),
+    "max_connections": (int, "open connections; more are closed at once (503 past it for requests)"),
+    "header_timeout_s": (float, "seconds for a request's headers to arrive"),
+    "body_timeout_s": (float, "seconds to wait for each piece of a request body"),
+    "keep_alive_s": (int, "seconds an idle kept-alive connection stays open"),
+    "max_header_bytes": (int, "bytes of an unfinished request line + headers held in memory"),
+    "log_per_minute": (int, "each kind of log message at most this often"),
 }
 
 
@@ -43,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = ServeConfig()
     for dest, (kind, text) in _OPTIONS.items():
         ap.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind,
+                        metavar="FILE" if dest == "api_keys" else None,
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
     ap.add_argument("--log-level", default="info",
@@ -77,16 +96,18 @@ def run(args: argparse.Namespace) -> None:
     except ImportError as e:  # the serve extra is optional
         raise ValueError(f"{e.name} is not installed: pip install 'seq2seq[serve]'") from None
     sock = bind(cfg.host, cfg.port)  # a busy port fails before the models load
-    if not _is_loopback(cfg.host):
+    if not _is_loopback(cfg.host) and cfg.api_keys is None:
         print(f"{PROG}: warning: listening on {cfg.host}: reachable from other machines, "
-              "with no authentication", file=sys.stderr)
+              "with no authentication (see --api-keys)", file=sys.stderr)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     models = load_models(args.checkpoint, device=args.device)
+    app = create_app(models, cfg)
     url = url_of(sock)
-    print(f"{PROG}: {', '.join(models)} at {url}/translate; explorer {url}/, API docs {url}/docs",
+    print(f"{PROG}: {', '.join(models)} at {url}/translate; LibreTranslate clients: "
+          f"{url}/libretranslate/; explorer {url}/; OpenAPI schema {url}/openapi.json",
           file=sys.stderr)
-    serve(create_app(models, cfg), sock, log_level=args.log_level)
+    serve(app, sock, log_level=args.log_level)
 
 
 def main(argv: list[str] | None = None) -> None:

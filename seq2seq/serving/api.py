@@ -1,5 +1,5 @@
-"""The HTTP API (FastAPI): ``/translate``, ``/attention``, ``/health``, ``/models``, and the
-attention explorer at ``/`` (static files, no build step, no CDN).
+"""Our own HTTP API's requests and their work: ``/translate``, ``/attention``, ``/health``,
+``/models`` (the app itself is put together in :mod:`seq2seq.serving.app`).
 
 Requests name a model (a name given at start-up, never a path) and decoding options with the
 names and meaning of ``seq2seq-translate``'s flags (``beam``, ``nbest``, ``lenpen``, ...).
@@ -11,14 +11,11 @@ Bad requests get a 4xx with a one-line ``detail``: 404 unknown model, 413 too mu
 from __future__ import annotations
 
 import argparse
-from contextlib import asynccontextmanager
+import os
+import re
 from functools import partial
-from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi import HTTPException, Request
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,9 +30,9 @@ from seq2seq.cli.translate import decoding_from_args
 from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.serving.batcher import MicroBatcher
+from seq2seq.serving.keys import ApiKeys, KeyRefused
+from seq2seq.serving.limits import bounded, check_cost
 from seq2seq.serving.models import ServedModel
-
-STATIC = Path(__file__).with_name("static")
 
 
 class DecodingOptions(BaseModel):
@@ -113,8 +110,8 @@ def decoding_for(options: DecodingOptions, cfg: ServeConfig) -> DecodingConfig:
     return decoding
 
 
-def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> int:
-    """Source tokens of ``texts`` (+ EOS each); 413 for a text over the limits."""
+def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> list[int]:
+    """Source tokens of each text (+ EOS); 413 for a text over the limits."""
     limit = served.translator.model.arch.max_positions - 1
     for i, text in enumerate(texts):
         if len(text) > cfg.max_text_chars:
@@ -125,7 +122,7 @@ def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> in
         if len(toks) > limit:
             raise HTTPException(413, f"text {i} has {len(toks)} subword tokens; model "
                                      f"{served.name!r} takes at most {limit}: split it into sentences")
-    return sum(len(t) + 1 for t in ids)
+    return [len(t) + 1 for t in ids]
 
 
 # ---------------------------------------------------------------- the work (worker thread)
@@ -159,16 +156,23 @@ def attention_json(r: TranslationResult) -> dict:
                           "cross": heads(a.decoder_cross)}}
 
 
-# ---------------------------------------------------------------- the app
+# ---------------------------------------------------------------- the server
+def api_words(message: str) -> str:
+    """An option error in the request's own words: ``--max-len-a`` -> ``max_len_a``."""
+    message = re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), message)
+    return " ".join(message.replace("DecodingConfig.", "").split())
+
+
 class Server:
-    """The models, limits and batcher behind one app (``app.state.server``)."""
+    """The models, limits, keys and batcher behind one app (``app.state.server``)."""
 
     def __init__(self, models: dict[str, ServedModel], cfg: ServeConfig):
         if not models:
-            raise ValueError("seq2seq-serve needs at least one model (-c CHECKPOINT)")
+            raise ValueError("seq2seq-serve needs at least one model (-m CHECKPOINT)")
         self.models, self.cfg = models, cfg
-        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.max_batch_tokens)
+        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work)
         self.default = next(iter(models))
+        self.keys = ApiKeys.load(cfg.api_keys, cfg.req_limit) if cfg.api_keys else None
 
     def model(self, name: str | None) -> ServedModel:
         served = self.models.get(self.default if name is None else name)
@@ -180,30 +184,45 @@ class Server:
         try:
             return decoding_for(options, self.cfg)
         except ValueError as e:
-            raise HTTPException(422, " ".join(str(e).split())) from None
+            raise HTTPException(422, api_words(str(e))) from None
 
-    async def translate(self, req: TranslateRequest) -> dict:
-        served, decoding = self.model(req.model), self.decoding(req)
-        if len(req.texts) > self.cfg.max_texts:
-            raise HTTPException(413, f"{len(req.texts)} texts; this server takes at most "
+    def authorize(self, key: str | None) -> None:
+        """Nothing without ``--api-keys``; else 403 (no or unknown key) or 429 (over its limit)."""
+        if self.keys is not None:
+            try:
+                self.keys.check(key)
+            except KeyRefused as e:
+                raise HTTPException(e.status, e.message) from None
+
+    async def run(self, served: ServedModel, decoding: DecodingConfig,
+                  texts: list[str]) -> list[TranslationResult]:
+        """``texts`` translated on the batcher, within the server's limits."""
+        if len(texts) > self.cfg.max_texts:
+            raise HTTPException(413, f"{len(texts)} texts; this server takes at most "
                                      f"{self.cfg.max_texts} per request")
-        tokens = source_tokens(served, req.texts, self.cfg)
-        if not req.texts:
-            return {"model": served.name, "results": []}
+        tokens = source_tokens(served, texts, self.cfg)
+        costs = check_cost(tokens, decoding, served.translator.model.arch, self.cfg)
         # Sampling draws depend on the batch: a sampled request never shares a call.
         key = object() if decoding.method == "sample" else (served.name, repr(decoding))
         work = partial(translate_texts, served, decoding)
-        results = await self.batcher.submit(key, req.texts, tokens, work)
+        return await self.batcher.submit(key, texts, costs, work)
+
+    async def translate(self, req: TranslateRequest, request: Request) -> dict:
+        served, decoding = self.model(req.model), self.decoding(req)
+        results = await bounded(request, self.run(served, decoding, req.texts),
+                                self.cfg.request_timeout_s)
         return {"model": served.name, "results": [result_json(r) for r in results]}
 
-    async def attention(self, req: AttentionRequest) -> dict:
+    async def attention(self, req: AttentionRequest, request: Request) -> dict:
         served, decoding = self.model(req.model), self.decoding(req)
-        source_tokens(served, [req.text], self.cfg)
+        tokens = source_tokens(served, [req.text], self.cfg)
+        check_cost(tokens, decoding, served.translator.model.arch, self.cfg, attention=True)
         work = partial(translate_texts, served, decoding, need_attention=True)
-        result = (await self.batcher.call(work, [req.text]))[0]
-        if result.attention is None:
+        results = await bounded(request, self.batcher.call(work, [req.text]),
+                                self.cfg.request_timeout_s)
+        if results[0].attention is None:
             raise HTTPException(422, "nothing to translate: the text is blank (or has no pieces)")
-        return {"model": served.name, **attention_json(result)}
+        return {"model": served.name, **attention_json(results[0])}
 
     def models_json(self) -> list[dict]:
         return [m.describe() for m in self.models.values()]
@@ -211,51 +230,14 @@ class Server:
     def health(self) -> dict:
         b = self.batcher
         return {"status": "ok", "models": list(self.models), "requests": b.requests,
-                "model_calls": b.model_calls}
+                "model_calls": b.model_calls, "rss_mb": rss_mb()}
 
 
-def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -> FastAPI:
-    """The FastAPI app serving ``models`` (the first is the default)."""
-    server = Server(models, cfg or ServeConfig())
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        await server.batcher.start()
-        try:
-            yield
-        finally:
-            await server.batcher.stop()
-
-    app = FastAPI(title="seq2seq", summary="Translation and attention weights of seq2seq models",
-                  lifespan=lifespan)
-    app.state.server = server
-    _routes(app, server)
-    return app
-
-
-def _routes(app: FastAPI, server: Server) -> None:
-    max_body = server.cfg.max_texts * server.cfg.max_text_chars * 8 + 65536  # \uXXXX escapes
-
-    @app.middleware("http")
-    async def refuse_huge_bodies(request: Request, call_next):
-        size = request.headers.get("content-length", "0")
-        if not size.isdigit() or int(size) > max_body:
-            return JSONResponse({"detail": f"request body over {max_body} bytes"}, status_code=413)
-        return await call_next(request)
-
-    @app.exception_handler(RequestValidationError)
-    async def one_line(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field
-        problems = ["/".join(str(p) for p in e["loc"][1:]) + ": " + e["msg"] for e in exc.errors()]
-        return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
-
-    app.post("/translate", summary="Translate texts (one result per text)")(server.translate)
-    app.post("/attention", summary="Pieces and attention weights of one translation")(server.attention)
-    app.get("/health", summary="Liveness, models, request and model-call counters")(server.health)
-    app.get("/models", summary="The models this server holds (the first is the default)")(
-        server.models_json)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-
-    @app.get("/", include_in_schema=False)
-    def explorer() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
+def rss_mb() -> float | None:
+    """This process's resident memory now (Linux; ``None`` elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)

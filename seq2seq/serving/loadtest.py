@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import ServeConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.serving.api import DecodingOptions, decoding_for
@@ -46,6 +47,11 @@ class LoadReport:
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     offline_sent_per_s: float = 0.0
     model_calls: int | None = None  # the server's merged calls during the test
+    libre_share: float = 0.0  # the part of the requests sent to LibreTranslate's API
+    libre_requests: int = 0
+    rss_before_mb: float | None = None  # the server's resident memory (its /health)
+    rss_peak_mb: float | None = None  # highest seen during the test (sampled every 0.25 s)
+    rss_after_mb: float | None = None
     first_problems: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
@@ -77,6 +83,12 @@ class LoadReport:
         if self.model_calls:
             out.append(f"model calls: {self.model_calls} for {self.answered} requests "
                        f"({self.answered / self.model_calls:.1f} requests per call)")
+        if self.libre_share:
+            out.append(f"LibreTranslate requests: {self.libre_requests} of {self.requests} "
+                       "(the rest: our /translate)")
+        if self.rss_before_mb is not None:
+            out.append(f"server memory (RSS): {self.rss_before_mb:.0f} MB before, peak "
+                       f"{self.rss_peak_mb or 0:.0f} MB, {self.rss_after_mb or 0:.0f} MB after")
         return out + [f"problem: {p}" for p in self.first_problems]
 
 
@@ -112,19 +124,31 @@ def offline(checkpoint: str | Path, texts: list[str], options: dict) -> tuple[li
 
 
 @contextmanager
-def server_process(checkpoint: str | Path, window_ms: float | None = None,
-                   timeout_s: float = 120.0) -> Iterator[str]:
-    """``seq2seq-serve`` in a child process on a free loopback port; yields its URL."""
+def server_process(checkpoint: str | Path | Sequence[str | Path], window_ms: float | None = None,
+                   timeout_s: float = 120.0, args: Sequence[str] = ()) -> Iterator[str]:
+    """``seq2seq-serve`` (one ``-m`` per checkpoint, then ``args``) in a child process on a
+    free loopback port; yields its URL."""
+    with server_child(checkpoint, window_ms, timeout_s, args) as (url, _child):
+        yield url
+
+
+@contextmanager
+def server_child(checkpoint: str | Path | Sequence[str | Path], window_ms: float | None = None,
+                 timeout_s: float = 120.0, args: Sequence[str] = (),
+                 **popen) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`server_process`, yielding the child process too."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cmd = [sys.executable, "-m", "seq2seq.cli.serve", "-m", str(checkpoint), "--port", str(port),
-           "--log-level", "warning"] + (["--window-ms", str(window_ms)] if window_ms is not None else [])
-    child = subprocess.Popen(cmd)
+    checkpoints = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+    cmd = [sys.executable, "-m", "seq2seq.cli.serve", *(a for c in checkpoints for a in ("-m", str(c))),
+           "--port", str(port), "--log-level", "warning", *args]
+    cmd += ["--window-ms", str(window_ms)] if window_ms is not None else []
+    child = subprocess.Popen(cmd, **popen)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, child, timeout_s)
-        yield url
+        yield url, child
     finally:
         child.terminate()
         try:
@@ -154,60 +178,109 @@ def _problem(report: LoadReport, text: str) -> None:
         report.first_problems.append(" ".join(text.split())[:300])
 
 
-async def _client(http: httpx.AsyncClient, report: LoadReport, jobs: list[list[str]],
-                  expected: dict[str, str], deadline: float) -> None:
+Job = tuple[list[str], bool]  # texts, and whether it goes to LibreTranslate's API
+
+
+async def _ask(http: httpx.AsyncClient, report: LoadReport, texts: list[str],
+               pair: tuple[str, str] | None) -> list[str] | None:
+    """One request (LibreTranslate's API when ``pair``); its translations, or None after
+    counting the failure."""
+    try:
+        if pair is not None:
+            body = {"q": texts, "source": pair[0], "target": pair[1]}
+            response = await http.post("/libretranslate/translate", json=body)
+        else:
+            response = await http.post("/translate", json={"texts": texts, **report.options})
+    except httpx.HTTPError as e:
+        report.errors += 1
+        _problem(report, f"{type(e).__name__}: {e}")
+        return None
+    if response.status_code != 200:
+        report.errors += 1
+        _problem(report, f"HTTP {response.status_code}: {response.text}")
+        return None
+    answer = response.json()
+    return answer["translatedText"] if pair is not None else [r["hyp"] for r in answer["results"]]
+
+
+async def _client(http: httpx.AsyncClient, report: LoadReport, jobs: list[Job],
+                  expected: dict[bool, dict[str, str]], pair: tuple[str, str],
+                  deadline: float) -> None:
     """One client: its requests one after another, each checked against ``expected``."""
-    for texts in jobs:
+    for texts, libre in jobs:
         if time.monotonic() > deadline:
             return
         start = time.perf_counter()
-        try:
-            response = await http.post("/translate", json={"texts": texts, **report.options})
-        except httpx.HTTPError as e:
-            report.errors += 1
-            _problem(report, f"{type(e).__name__}: {e}")
-            continue
-        if response.status_code != 200:
-            report.errors += 1
-            _problem(report, f"HTTP {response.status_code}: {response.text}")
+        got = await _ask(http, report, texts, pair if libre else None)
+        if got is None:
             continue
         report.answered += 1
+        report.libre_requests += libre
         report.latencies_ms.append((time.perf_counter() - start) * 1000.0)
-        got = [r["hyp"] for r in response.json()["results"]]
-        want = [expected[t] for t in texts]
+        want = [expected[libre][t] for t in texts]
         if got != want:
             report.wrong += 1
             _problem(report, f"{texts!r}: served {got!r}, offline {want!r}")
 
 
-async def _model_calls(http: httpx.AsyncClient) -> int | None:
-    return (await http.get("/health")).json().get("model_calls")
+async def _health(http: httpx.AsyncClient) -> dict:
+    try:
+        return (await http.get("/health")).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
 
 
-async def drive(url: str, report: LoadReport, pool: list[str], expected: dict[str, str],
-                time_limit_s: float) -> None:
-    """Run every client concurrently; fills ``report``."""
-    per_client, k = report.requests // report.clients, report.texts_per_request
-    jobs = [[[pool[(n * k + t) % len(pool)] for t in range(k)]
+async def _sample_rss(http: httpx.AsyncClient, seen: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        rss = (await _health(http)).get("rss_mb")
+        if rss is not None:
+            seen.append(rss)
+        try:
+            await asyncio.wait_for(stop.wait(), 0.25)
+        except TimeoutError:
+            pass
+
+
+def plan(report: LoadReport, pool: list[str]) -> list[list[Job]]:
+    """Each client's requests; request n goes to LibreTranslate's API for an exact
+    ``libre_share`` of them, spread evenly."""
+    per_client, k, share = report.requests // report.clients, report.texts_per_request, report.libre_share
+    return [[([pool[(n * k + t) % len(pool)] for t in range(k)], int((n + 1) * share) > int(n * share))
              for n in range(i * per_client, (i + 1) * per_client)] for i in range(report.clients)]
+
+
+async def drive(url: str, report: LoadReport, pool: list[str], expected: dict[bool, dict[str, str]],
+                pair: tuple[str, str], time_limit_s: float) -> None:
+    """Run every client concurrently, sampling the server's memory; fills ``report``."""
     limits = httpx.Limits(max_connections=report.clients)
-    async with httpx.AsyncClient(base_url=url, timeout=time_limit_s, limits=limits) as http:
-        before = await _model_calls(http)
+    async with httpx.AsyncClient(base_url=url, timeout=time_limit_s, limits=limits) as http, \
+            httpx.AsyncClient(base_url=url, timeout=time_limit_s) as probe:
+        before = await _health(probe)
+        seen: list[float] = []
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(_sample_rss(probe, seen, stop))
         deadline = time.monotonic() + time_limit_s
         start = time.perf_counter()
-        await asyncio.gather(*(_client(http, report, j, expected, deadline) for j in jobs))
+        await asyncio.gather(*(_client(http, report, j, expected, pair, deadline)
+                               for j in plan(report, pool)))
         report.wall_s = time.perf_counter() - start
-        after = await _model_calls(http)
-    if before is not None and after is not None:
-        report.model_calls = after - before
+        stop.set()
+        await sampler
+        after = await _health(probe)
+    if before.get("model_calls") is not None and after.get("model_calls") is not None:
+        report.model_calls = after["model_calls"] - before["model_calls"]
+    report.rss_before_mb, report.rss_after_mb = before.get("rss_mb"), after.get("rss_mb")
+    report.rss_peak_mb = max(seen, default=report.rss_after_mb)
 
 
 def run_loadtest(checkpoint: str | Path, sentences: str | Path, clients: int, requests: int,
                  texts_per_request: int = 1, options: dict | None = None, url: str | None = None,
-                 time_limit_s: float = 120.0, window_ms: float | None = None) -> LoadReport:
+                 time_limit_s: float = 120.0, window_ms: float | None = None,
+                 libre_share: float = 0.0) -> LoadReport:
     """Translate offline (reference + timing), then load a server: a fresh ``seq2seq-serve``
     child process on loopback, or the one at ``url`` (this machine only; it must serve
-    ``checkpoint`` as its default model)."""
+    ``checkpoint`` as its default model). ``libre_share`` of the requests go to
+    LibreTranslate's API (default decoding), the rest to ours (with ``options``)."""
     if not 1 <= clients <= MAX_CLIENTS:
         raise ValueError(f"--clients {clients}: must be in [1, {MAX_CLIENTS}]")
     if requests < 1 or texts_per_request < 1 or clients * requests > MAX_REQUESTS:
@@ -215,17 +288,23 @@ def run_loadtest(checkpoint: str | Path, sentences: str | Path, clients: int, re
                          f"{MAX_REQUESTS} requests in all")
     if time_limit_s <= 0:
         raise ValueError(f"--time-limit {time_limit_s}: must be > 0 seconds")
+    if not 0.0 <= libre_share <= 1.0:
+        raise ValueError(f"--libre-share {libre_share}: must be in [0, 1]")
     if url is not None:
         check_loopback(url)
     options = dict(options or {})
     DecodingOptions(**options)  # unknown or mistyped options fail here, not in every request
     pool = read_sentences(sentences, clients * requests * texts_per_request)
     hyps, offline_rate = offline(checkpoint, pool, options)
+    expected = {False: dict(zip(pool, hyps))}
+    expected[True] = expected[False] if not options else dict(zip(pool, offline(checkpoint, pool, {})[0]))
+    meta = load_checkpoint(checkpoint)["seq2seq"]
+    pair = (str(meta.get("src_lang", "?")).lower(), str(meta.get("tgt_lang", "?")).lower())
     report = LoadReport(url or "", clients, clients * requests, texts_per_request, options,
-                        offline_sent_per_s=offline_rate)
+                        offline_sent_per_s=offline_rate, libre_share=libre_share)
     serving = _existing(url) if url is not None else server_process(checkpoint, window_ms)
     with serving as report.url:
-        asyncio.run(drive(report.url, report, pool, dict(zip(pool, hyps)), time_limit_s))
+        asyncio.run(drive(report.url, report, pool, expected, pair, time_limit_s))
     return report
 
 

@@ -1,9 +1,17 @@
 """Running an app with uvicorn: in the foreground (``seq2seq-serve``) or in a background
 thread (tests, the load test). The socket is bound first, so a bad host or a busy port is
-a one-line ``OSError`` before any model is loaded."""
+a one-line ``OSError`` before any model is loaded.
+
+Connections are guarded with what uvicorn offers (``limit_concurrency``: 503 past it;
+``timeout_keep_alive``; h11's header-size limit) and what it lacks, in a subclass of its
+h11 protocol: a cap on open connections (one past it is closed at once, so idle sockets
+cannot use up the process's file descriptors) and a deadline for a request's headers (a
+client that never finishes them is dropped). Repeated log messages are rate-limited.
+"""
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -12,6 +20,9 @@ from contextlib import contextmanager
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from seq2seq.config import ServeConfig
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -28,9 +39,81 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class _GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a connection cap and a header deadline (set by
+    :func:`uvicorn_config` on a subclass made for one server)."""
+
+    max_connections = 512
+    header_timeout_s = 10.0
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        if len(self.server_state.connections) >= self.max_connections:
+            self.transport = transport
+            transport.abort()  # frees the descriptor now; the client sees a reset
+            self.logger.warning("connection refused: %d connections open (the cap)",
+                                self.max_connections)
+            return
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_deadline()  # the next request on a kept-alive connection too
+
+    def _arm_header_deadline(self) -> None:
+        cycle = self.cycle  # unchanged at the deadline = no new request's headers arrived
+        self.loop.call_later(self.header_timeout_s, self._header_deadline, cycle)
+
+    def _header_deadline(self, cycle) -> None:
+        if self.cycle is cycle and not self.transport.is_closing():
+            self.transport.close()
+
+
+class RateLimitedLog(logging.Filter):
+    """Each kind of message (its format string) at most ``per_minute`` times a minute; then
+    one line says how many were dropped (an accept loop out of descriptors logged a
+    traceback per connection: hundreds of MB a minute)."""
+
+    def __init__(self, per_minute: int):
+        super().__init__()
+        self.per_minute = per_minute
+        self._seen: dict[str, tuple[float, int]] = {}  # msg -> (window start, count)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now, key = time.monotonic(), str(record.msg)
+        start, count = self._seen.get(key, (now, 0))
+        if now - start >= 60.0:
+            if count > self.per_minute:
+                record.msg = f"{record.msg} [{count - self.per_minute} more like this dropped]"
+            start, count = now, 0
+        self._seen[key] = (start, count + 1)
+        if len(self._seen) > 10_000:  # bounded memory, whatever the messages
+            self._seen.clear()
+        return count < self.per_minute
+
+
+def uvicorn_config(app: FastAPI, log_level: str) -> uvicorn.Config:
+    """uvicorn's config for ``app``, its limits taken from the app's ``ServeConfig``."""
+    server = getattr(app.state, "server", None)
+    cfg: ServeConfig = server.cfg if server is not None else ServeConfig()
+    protocol = type("GuardedH11", (_GuardedH11,), {"max_connections": cfg.max_connections,
+                                                    "header_timeout_s": cfg.header_timeout_s})
+    config = uvicorn.Config(app, log_level=log_level, http=protocol,
+                            limit_concurrency=cfg.max_connections,
+                            timeout_keep_alive=cfg.keep_alive_s,
+                            h11_max_incomplete_event_size=cfg.max_header_bytes)
+    log_filter = RateLimitedLog(cfg.log_per_minute)  # after uvicorn set up its loggers
+    for name in ("asyncio", "uvicorn.error", "seq2seq.serving.batcher"):
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, RateLimitedLog)]:
+            logger.removeFilter(old)
+        logger.addFilter(log_filter)
+    return config
+
+
 def serve(app: FastAPI, sock: socket.socket, log_level: str = "info") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM)."""
-    uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, log_level)).run(sockets=[sock])
 
 
 @contextmanager
@@ -38,7 +121,7 @@ def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
             timeout_s: float = 60.0) -> Iterator[str]:
     """Serve ``app`` in a daemon thread while the block runs; yields its base URL."""
     sock = bind(host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, "warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name="seq2seq-serve")
     thread.start()

@@ -1,0 +1,100 @@
+"""The app ``seq2seq-serve`` runs: our API (:mod:`api`), LibreTranslate's (:mod:`libre`,
+under ``/libretranslate/``), the attention explorer at ``/`` (static files, no build step,
+no CDN), the body limit around all of it, and errors in each API's own shape.
+
+The OpenAPI schema is at ``/openapi.json``; FastAPI's ``/docs`` and ``/redoc`` pages are
+off, since their scripts come from a CDN (blank pages offline).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from seq2seq.config import ServeConfig
+from seq2seq.serving.api import Server
+from seq2seq.serving.libre import PREFIX, add_routes
+from seq2seq.serving.limits import BodyLimit
+from seq2seq.serving.models import ServedModel
+
+STATIC = Path(__file__).with_name("static")
+
+
+def error(path: str, status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    """An error as each API words it: LibreTranslate's ``{"error"}``, our ``{"detail"}``."""
+    field = "error" if path == PREFIX or path.startswith(PREFIX + "/") else "detail"
+    return JSONResponse({field: message}, status_code=status, headers=headers)
+
+
+def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -> FastAPI:
+    """The FastAPI app serving ``models`` (the first is the default of our API)."""
+    server = Server(models, cfg or ServeConfig())
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await server.batcher.start()
+        try:
+            yield
+        finally:
+            await server.batcher.stop()
+
+    app = FastAPI(title="seq2seq", summary="Translation and attention weights of seq2seq models",
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.server = server
+    app.add_middleware(BodyLimit, max_bytes=server.cfg.max_body_bytes,
+                       timeout_s=server.cfg.body_timeout_s, render=error)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error(request.url.path, exc.status_code, str(exc.detail), exc.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception) -> JSONResponse:
+        # logged with its traceback by the server; the client gets one line in its API's shape
+        return error(request.url.path, 500, f"Cannot translate text: {type(exc).__name__}")
+
+    @app.exception_handler(RequestValidationError)
+    async def one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field
+        problems = [_where(e["loc"]) + e["msg"] for e in exc.errors()]
+        return error(request.url.path, 422, "; ".join(problems))
+
+    _routes(app, server)
+    add_routes(app, server)
+    return app
+
+
+def _where(loc: tuple) -> str:
+    if tuple(loc) == ("body",):  # no body at all, or not JSON: say what is expected
+        return "body: a JSON object is expected (Content-Type: application/json); "
+    return "/".join(str(p) for p in loc[1:]) + ": "
+
+
+def _routes(app: FastAPI, server: Server) -> None:
+    def api_key(request: Request) -> None:
+        """With --api-keys, our API takes the key as ``X-API-Key`` or ``?api_key=``."""
+        server.authorize(request.headers.get("x-api-key") or request.query_params.get("api_key"))
+
+    keyed = [Depends(api_key)]
+    app.post("/translate", summary="Translate texts (one result per text)",
+             dependencies=keyed)(server.translate)
+    app.post("/attention", summary="Pieces and attention weights of one translation",
+             dependencies=keyed)(server.attention)
+    app.get("/health", summary="Liveness, models, request and model-call counters")(server.health)
+    app.get("/models", summary="The models this server holds (the first is the default)")(
+        server.models_json)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def explorer() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")

@@ -1,0 +1,80 @@
+"""Optional API keys (``seq2seq-serve --api-keys FILE``), as LibreTranslate uses them.
+
+The file has one key per line, optionally followed by that key's own limit of requests per
+minute (``KEY`` or ``KEY 120``); blank lines and ``#`` comments are skipped. A request
+without a key, or with one not in the file, gets 403; a key over its limit in the last 60 s
+gets 429. Keys are compared in constant time: each candidate is hashed and compared with
+every stored hash by ``hmac.compare_digest``, never stopping at the first match, so the
+time taken tells nothing about how much of a key was right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+MISSING = "Please contact the server operator to get an API key"
+INVALID = "Invalid API key"
+
+
+class KeyRefused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+class ApiKeys:
+    def __init__(self, limits: dict[str, int], window_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self._limits = {_digest(k): n for k, n in limits.items()}  # digest -> requests per window
+        self._recent: dict[bytes, deque[float]] = {d: deque() for d in self._limits}
+        self.window_s, self._clock = window_s, clock
+
+    @classmethod
+    def load(cls, path: str | Path, default_limit: int) -> ApiKeys:
+        """Keys from ``path``; a line without its own limit gets ``default_limit``."""
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--api-keys {path}: cannot read it ({e})") from None
+        limits: dict[str, int] = {}
+        for n, line in enumerate(lines, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            limit = fields[1] if len(fields) > 1 else str(default_limit)
+            if len(fields) > 2 or not limit.isdigit() or int(limit) < 1:
+                raise ValueError(f"--api-keys {path}:{n}: expected 'KEY' or 'KEY REQUESTS_PER_MINUTE' "
+                                 "(a whole number >= 1)")
+            limits[fields[0]] = int(limit)
+        if not limits:
+            raise ValueError(f"--api-keys {path}: no keys in it (one key per line)")
+        return cls(limits)
+
+    def __len__(self) -> int:
+        return len(self._limits)
+
+    def check(self, key: str | None) -> None:
+        """Count one request for ``key``; ``KeyRefused`` (403 or 429) if it may not run."""
+        if not key:
+            raise KeyRefused(403, MISSING)
+        candidate, found = _digest(key), None
+        for stored in self._limits:  # every comparison runs, match or not
+            if hmac.compare_digest(candidate, stored):
+                found = stored
+        if found is None:
+            raise KeyRefused(403, INVALID)
+        now, recent, limit = self._clock(), self._recent[found], self._limits[found]
+        while recent and recent[0] <= now - self.window_s:
+            recent.popleft()
+        if len(recent) >= limit:
+            raise KeyRefused(429, f"Slowdown: {limit} per 1 minute")
+        recent.append(now)
