@@ -46,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
                          f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; levers: "
                          "training-step levers one at a time; vocab: training step at 4k/6k/8k/10k joint BPE; "
-                         "split: seq2seq-train as 1 process x 2 threads vs DDP 2 x 1)")
+                         "split: seq2seq-train as 1 process x 2 threads vs DDP 2 x 1; shared: translation and "
+                         "training beside 0, 1 and 2 busy cores under two thread policies)")
     ap.add_argument("--limit", type=int, default=None,
                     help="decode only the first N test sentences (default: all 1,000)")
     ap.add_argument("--repeats", type=int, default=DEFAULTS.repeats,

@@ -366,3 +366,24 @@ def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     assert data["sections"]["profile"]["beam_size"] == 2
     with pytest.raises(SystemExit):
         script.main(["-m", str(ckpt_path), "--repeats", "0"])
+
+
+def test_shared_section_policies_and_table():
+    """The two thread policies differ only in the environment the measured process gets, and
+    one run per (task, policy, busy cores) fills the table with ratios to alone."""
+    from scripts.bench import shared as SH
+
+    ours, spinning = SH.policy_env("seq2seq", 2), SH.policy_env("fixed, spinning", 2)
+    assert not {"OMP_NUM_THREADS", "SEQ2SEQ_THREADS", "GOMP_SPINCOUNT"} & set(ours)
+    assert spinning["SEQ2SEQ_THREADS"] == "2" and spinning["GOMP_SPINCOUNT"] == "300000"
+    shipped = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"  # real batches fit it
+    res = SH.bench_shared(str(shipped), str(DATA), sentences=4, batches=1, repeats=1,
+                          busy=(0, 1), log=lambda _: None)
+    assert [(r["task"], r["policy"], r["busy"]) for r in res["rows"]] == [
+        (t, p, k) for t in ("translate", "train") for p in SH.POLICIES for k in (0, 1)]
+    for row in res["rows"]:
+        assert row["fair_share"] == 1 / (row["busy"] + 1) and row["rate"] > 0
+        assert row["vs_alone"] == (1.0 if row["busy"] == 0 else pytest.approx(row["vs_alone"]))
+        if row["policy"] != "seq2seq":
+            assert row["threads_start"] == row["threads_end"] == 2
+    assert "fixed, spinning" in R.shared_table(res, "shared")

@@ -132,3 +132,12 @@ def split_table(result: dict, title: str) -> str:
              "waited for by it), so the 'other processes' CPU below counts it: about half a "
              "core over the section is that rank, not other work"]
     return format_table(title, header, rows, notes)
+
+
+def shared_table(result: dict, title: str) -> str:
+    header = ["task", "policy", "busy cores", "rate /s", "threads start/end", "vs alone",
+              "fair share"]
+    rows = [[r["task"], r["policy"], str(r["busy"]), fmt(r["rate"], ".2f"),
+             f"{r['threads_start']}/{r['threads_end']}", fmt(r["vs_alone"], ".2f"),
+             fmt(r["fair_share"], ".2f")] for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"])

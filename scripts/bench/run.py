@@ -23,11 +23,13 @@ from scripts.bench.report import (
     decode_table,
     levers_table,
     profile_report,
+    shared_table,
     split_table,
     targets_report,
     train_table,
     vocab_table,
 )
+from scripts.bench.shared import bench_shared
 from scripts.bench.split import bench_split
 from scripts.bench.timing import (
     QUIET_LOAD,
@@ -47,7 +49,7 @@ from seq2seq.config import ModelConfig, from_dict
 SECTIONS = ("decode", "train", "attention")
 # on request: beam profile; training levers; training step by vocabulary size; both cores as
 # one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused)
-EXTRA_SECTIONS = ("profile", "levers", "vocab", "split")
+EXTRA_SECTIONS = ("profile", "levers", "vocab", "split", "shared")
 Log = Callable[[str], None]
 
 
@@ -145,9 +147,16 @@ def split_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def shared_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log("\n[shared] translation and training alone, beside one busy core and beside two")
+    res = bench_shared(opts.checkpoint, str(opts.data_dir), repeats=opts.repeats, log=log)
+    log("\n" + shared_table(res, "A shared machine: our speed beside busy cores"))
+    return res
+
+
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
            "profile": profile_section, "levers": levers_section, "vocab": vocab_section,
-           "split": split_section}
+           "split": split_section, "shared": shared_section}
 
 
 def environment(threads: int) -> dict:
