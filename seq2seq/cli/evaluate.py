@@ -78,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--test-set", metavar="NAME",
                    help=f"named test set, one of {list(TEST_SETS)} (default: multi30k)")
     g.add_argument("--split", help=f"its split, one of {list(EVAL_SPLITS)} (default: {DEFAULT_SPLIT})")
-    g.add_argument("--data-dir", default="data/multi30k",
-                   help="where the named test set's {split}.{lang}.gz files are (default: data/multi30k)")
+    g.add_argument("--data-dir", metavar="DIR",
+                   help="where the named test set's {split}.{lang}.gz files are (default: the "
+                        "shipped copy, found from any folder: $SEQ2SEQ_DATA/multi30k, else the "
+                        "repository's data/multi30k, else ./data/multi30k)")
     g.add_argument("--src-lang", metavar="LANG",
                    help="source language asked for (default: the checkpoint's); "
                         f"a checkpoint for another pair is refused; Multi30k: {list(MULTI30K_LANGS)}")
