@@ -164,9 +164,11 @@ class DecodingConfig:
     max_len_a: float = 1.2  # max target length = a * |src| + b
     max_len_b: int = 10
     min_len: int = 0
-    # no n-gram of this many tokens twice in an output (fairseq/HF no_repeat_ngram_size);
-    # 0 = off. Stops degenerate loops on out-of-domain input.
-    no_repeat_ngram_size: int = 0
+    # no n-gram of this many tokens twice in an output (fairseq/HF no_repeat_ngram_size; 0 =
+    # off): stops the loops of out-of-domain input. 4 costs no BLEU on Multi30k val (shipped
+    # models, greedy / beam 5: De->En 42.49 / 43.67 with or without it, En->De 40.47 -> 40.55,
+    # 41.84 -> 41.85); 3 cost up to 0.11, 2 up to 0.6 (data/results/no_repeat_ngram)
+    no_repeat_ngram_size: int = 4
     # beam, when a sentence is done: "exact" when no live hypothesis can beat its n-th best
     # finished one even at max length (the output of an unbounded search); "heuristic" when
     # beam_size have finished and none would beat the worst of them ending now (HF generate's

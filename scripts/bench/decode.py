@@ -34,6 +34,9 @@ from seq2seq.model import Seq2Seq
 
 TEST_SPLIT = "test_2016_flickr"
 DEFAULT_DECODING = DecodingConfig()  # its max_len_a/b give every engine's length limit
+# every engine runs the default repetition rule (HF and CTranslate2 have it built in), so
+# their outputs stay comparable one for one
+NO_REPEAT_NGRAM = DEFAULT_DECODING.no_repeat_ngram_size
 
 
 @dataclass
@@ -90,7 +93,8 @@ def ours_engine(model: Seq2Seq, beam_size: int = 1, use_cache: bool = True,
         for b in batches:
             decoding = DecodingConfig(method="beam" if beam_size > 1 else "greedy",
                                       beam_size=beam_size, length_penalty="average",
-                                      max_len_a=0.0, max_len_b=b.max_len, stopping=stopping)
+                                      max_len_a=0.0, max_len_b=b.max_len, stopping=stopping,
+                                      no_repeat_ngram_size=NO_REPEAT_NGRAM)
             result = search(model, b.src, decoding, use_cache=use_cache,
                             force_length=force_length, on_step=on_step)
             hyps += [h[0].tokens for h in result.hypotheses]
@@ -112,7 +116,8 @@ def hf_engine(marian, arch: ModelConfig, beam_size: int = 1,
             with torch.inference_mode():
                 out = marian.generate(input_ids=b.src, attention_mask=b.src.ne(arch.pad_id),
                                       num_beams=beam_size, do_sample=False,
-                                      max_new_tokens=b.max_len + 1, **extra)
+                                      max_new_tokens=b.max_len + 1,
+                                      no_repeat_ngram_size=NO_REPEAT_NGRAM, **extra)
             for row in out[:, 1:].tolist():  # drop the BOS it starts from
                 row = row[: row.index(arch.eos_id)] if arch.eos_id in row else row
                 hyps.append([t for t in row if t != arch.pad_id])
@@ -131,7 +136,8 @@ def ct2_engine(translator, tgt_vocab: Sequence[str], arch: ModelConfig, beam_siz
         for b in batches:
             results = translator.translate_batch(
                 b.pieces, beam_size=beam_size, length_penalty=1.0, max_decoding_length=b.max_len,
-                min_decoding_length=0, suppress_sequences=suppress, max_batch_size=0)
+                min_decoding_length=0, suppress_sequences=suppress, max_batch_size=0,
+                no_repeat_ngram_size=NO_REPEAT_NGRAM)
             hyps += [[index[p] for p in r.hypotheses[0]] for r in results]
         return hyps
 
