@@ -83,8 +83,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
 
 def _wrap(text: str, indent: str) -> str:
     width = min(shutil.get_terminal_size((100, 24)).columns, 100) - 2
+    # break_on_hyphens off: "Pre-LN", "De->En" and file names stay whole
     return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
-                         subsequent_indent=indent)
+                         subsequent_indent=indent, break_on_hyphens=False)
 
 
 def config_summaries(folder: Path = CONFIGS) -> dict[str, tuple[str, list[str]]]:
