@@ -56,6 +56,15 @@ def test_shipped_model_by_name_from_any_folder(spec, tmp_path, monkeypatch, de_e
     assert out.splitlines() == de_en.translate([IN_DOMAIN])
 
 
+def test_a_shipped_model_named_is_still_an_input_never_an_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = SHIPPED["de_en"].read_bytes()
+    code, _, err = run_main(evaluate_cli.main, ["-m", "multi30k_de_en_tiny", "--limit", "2", "--force",
+                                                "--json", str(SHIPPED["de_en"])])
+    assert code == 2 and "would replace an input file" in err
+    assert SHIPPED["de_en"].read_bytes() == before
+
+
 def _small_data_copy(root: Path) -> Path:
     """A SEQ2SEQ_DATA folder: the first 7 val pairs and the De->En model (a link)."""
     (root / "multi30k").mkdir(parents=True)
