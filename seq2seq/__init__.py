@@ -36,7 +36,11 @@ _EXPORTS = {
     "all_scores": "seq2seq.metrics",
     "plot_attention": "seq2seq.plotting",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # the names of _EXPORTS, spelled out for linters and type checkers
+    "__version__", "Translator", "TranslationResult", "load_checkpoint", "CheckpointError",
+    "ModelConfig", "DecodingConfig", "DataConfig", "TokenizerConfig", "OptimConfig",
+    "ServeConfig", "ConfigError", "Seq2Seq", "all_scores", "plot_attention",
+]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ imports
     from seq2seq.checkpoint import CheckpointError, load_checkpoint

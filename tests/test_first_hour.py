@@ -259,6 +259,7 @@ def test_top_level_exports_the_public_api():
     assert seq2seq.load_checkpoint is checkpoint.load_checkpoint
     for name in ("ModelConfig", "DecodingConfig", "DataConfig", "TokenizerConfig", "OptimConfig"):
         assert getattr(seq2seq, name) is getattr(config, name)
+    assert set(seq2seq.__all__) == {"__version__", *seq2seq._EXPORTS}
     assert all(getattr(seq2seq, name) is not None for name in seq2seq.__all__)
     assert set(seq2seq.__all__) <= set(dir(seq2seq))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
