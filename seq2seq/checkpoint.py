@@ -37,6 +37,7 @@ import torch
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.model import Seq2Seq
+from seq2seq.shipped import find_model
 
 FORMAT = 2  # 2 adds "checksum"; 1 (without) still loads
 READABLE_FORMATS = (1, 2)
@@ -144,12 +145,14 @@ def seal(ckpt: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- loading and checks
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load with ``weights_only=True`` and verify (:func:`check`); any failure becomes a
-    one-line ``CheckpointError`` naming the file and what to do."""
-    path = Path(path)
+    one-line ``CheckpointError`` naming the file and what to do. ``path`` may also name a
+    shipped model (``multi30k_de_en_tiny``: :func:`seq2seq.shipped.find_model`)."""
+    try:  # a shipped model's name works from any folder
+        path = find_model(path)
+    except FileNotFoundError as e:
+        raise CheckpointError(str(e)) from None
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path}: is a directory; give a checkpoint file (.ckpt)")
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path}: no such file")
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
             warnings.simplefilter("ignore")

@@ -164,6 +164,11 @@ class DecodingConfig:
     max_len_a: float = 1.2  # max target length = a * |src| + b
     max_len_b: int = 10
     min_len: int = 0
+    # no n-gram of this many tokens twice in an output (fairseq/HF no_repeat_ngram_size; 0 =
+    # off): stops the loops of out-of-domain input. 4 costs no BLEU on Multi30k val (shipped
+    # models, greedy / beam 5: De->En 42.49 / 43.67 with or without it, En->De 40.47 -> 40.55,
+    # 41.84 -> 41.85); 3 cost up to 0.11, 2 up to 0.6 (data/results/no_repeat_ngram)
+    no_repeat_ngram_size: int = 4
     # beam, when a sentence is done: "exact" when no live hypothesis can beat its n-th best
     # finished one even at max length (the output of an unbounded search); "heuristic" when
     # beam_size have finished and none would beat the worst of them ending now (HF generate's
@@ -190,7 +195,7 @@ class DecodingConfig:
             raise ConfigError(f"DecodingConfig.top_p must be in (0, 1], got {self.top_p}")
         if self.top_p < 1e-6:  # rounds to 0 in float32: the nucleus would lose its first token
             raise ConfigError(f"DecodingConfig.top_p must be >= 1e-06, got {self.top_p}")
-        for name in ("top_k", "min_len", "max_len_a"):
+        for name in ("top_k", "min_len", "max_len_a", "no_repeat_ngram_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"DecodingConfig.{name} must be >= 0, got {getattr(self, name)}")
         # Beyond these the search runs out of memory or float range, never to a better output.
@@ -241,7 +246,7 @@ class DataConfig:
     """
 
     corpus: str | None = "multi30k"  # named corpus; None = use the explicit files below
-    data_dir: str = "data/multi30k"
+    data_dir: str | None = None  # None: the shipped Multi30k, from any folder (seq2seq.shipped)
     src_lang: str = "de"
     tgt_lang: str = "en"
     train_split: str = "train"

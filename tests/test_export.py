@@ -86,8 +86,9 @@ def padded_batch(arch: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def ours_greedy(model: Seq2Seq, src: torch.Tensor, n: int) -> list[list[int]]:
-    """Our greedy with one max length ``n`` for every sentence (tokens before EOS)."""
-    result = greedy(model, src, DecodingConfig(max_len_a=0.0, max_len_b=n))
+    """Our greedy with one max length ``n`` for every sentence (tokens before EOS), without
+    the n-gram rule (the peers' default; tests/test_no_repeat_ngram.py compares it)."""
+    result = greedy(model, src, DecodingConfig(max_len_a=0.0, max_len_b=n, no_repeat_ngram_size=0))
     return [h[0].tokens for h in result.hypotheses]
 
 
@@ -95,7 +96,7 @@ def ours_beam(model: Seq2Seq, src: torch.Tensor, n: int, stopping: str, beam_siz
               ) -> list[list[int]]:
     """Our beam search ranked by log-prob / length, one max length ``n`` for every sentence."""
     decoding = DecodingConfig(method="beam", beam_size=beam_size, length_penalty="average",
-                              max_len_a=0.0, max_len_b=n, stopping=stopping)
+                              max_len_a=0.0, max_len_b=n, stopping=stopping, no_repeat_ngram_size=0)
     return [h[0].tokens for h in search(model, src, decoding).hypotheses]
 
 
@@ -530,9 +531,11 @@ def test_ct2_folder_alone_translates_shipped_model_as_ours(ct2, tmp_path):
     sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(out / "target.model"))
     translator = _translator(ct2, out)
     results = translator.translate_batch([sp_src.encode(t, out_type=str) for t in texts],
-                                         beam_size=1)
+                                         beam_size=1, no_repeat_ngram_size=4)
     theirs = [sp_tgt.decode(r.hypotheses[0]) for r in results]
-    ours = Translator.from_checkpoint(SHIPPED, DecodingConfig(method="greedy")).translate(texts)
+    decoding = DecodingConfig(method="greedy")
+    assert decoding.no_repeat_ngram_size == 4  # the README's recipe passes our default rule
+    ours = Translator.from_checkpoint(SHIPPED, decoding).translate(texts)
     assert theirs == ours
     assert len(set(ours)) == len(texts)  # real, distinct translations
 

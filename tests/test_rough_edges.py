@@ -277,21 +277,28 @@ def test_train_offers_the_subcommands_the_module_implements():
 # ---------------------------------------------------------------- README: Python API
 def test_readme_python_api_runs_as_written(tmp_path, monkeypatch, capsys):
     """The README's "Python API" block, executed verbatim (from a folder that sees the
-    repository's data/), prints every ``# =>`` line it promises, in order."""
+    repository's data/), prints every ``# =>`` line it promises, in order, and leaves
+    nothing in the working directory (its plot goes to a temporary folder)."""
     import re
+    import tempfile
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     expected = [line.removeprefix("# => ") for line in code.splitlines() if line.startswith("# => ")]
     assert expected
-    (tmp_path / "data").symlink_to(ROOT / "data")
-    monkeypatch.chdir(tmp_path)  # what it writes (attention.png) lands here
+    work, temporary = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    temporary.mkdir()
+    (work / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # the block's temporary files
     exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out.splitlines()
     it = iter(printed)
     assert all(line in it for line in expected), (expected, printed)  # a subsequence
-    assert (tmp_path / "attention.png").stat().st_size > 0
+    assert [p.name for p in work.iterdir()] == ["data"]  # nothing left in the working folder
+    assert [p.stat().st_size > 0 for p in temporary.rglob("*.png")] == [True]
 
 
 @pytest.mark.slow

@@ -49,7 +49,9 @@ def mixed_src(B: int = 8, S: int = 10, seed: int = 1) -> torch.Tensor:
 
 
 def dcfg(**kw) -> DecodingConfig:
-    base = dict(max_len_a=1.0, max_len_b=4, length_penalty="none", stopping="exact")
+    # the searches themselves; the n-gram rule has its own tests (test_no_repeat_ngram.py)
+    base = dict(max_len_a=1.0, max_len_b=4, length_penalty="none", stopping="exact",
+                no_repeat_ngram_size=0)
     return DecodingConfig(**{**base, **kw})
 
 

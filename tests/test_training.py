@@ -256,6 +256,36 @@ def test_cli_checkpoints_follow_default_root_dir(small_corpus, tmp_path, monkeyp
     assert not (tmp_path / "runs").exists() and (root / "lightning_logs").is_dir()
 
 
+def test_snapshots_stay_in_the_runs_checkpoint_folder_across_a_resume(small_corpus, tmp_path, monkeypatch):
+    """The shipped configs' step snapshots land beside last.ckpt, before and after a resume
+    (Lightning put them in lightning_logs/version_N/checkpoints, a new N at every resume),
+    where seq2seq-average --last finds one per step. 4 steps, then 2 more."""
+    import yaml
+
+    from seq2seq.cli.average import select
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["seq2seq-train"])
+    recipe = yaml.safe_load((ROOT / "configs" / "multi30k_de_en_tiny.yaml").read_text())
+    snapshots = recipe["trainer"]["callbacks"]
+    snapshots[0]["init_args"]["every_n_train_steps"] = 2
+    overlay = tmp_path / "snapshots.yaml"
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": snapshots}}))
+    root, folder = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    args = ["fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--config", str(overlay),
+            *cli_data_args(small_corpus), "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+            "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "1",
+            "--trainer.num_sanity_val_steps", "0", "--model.val_bleu_max_sentences", "4",
+            "--trainer.default_root_dir", str(root)]
+    train_main([*args, "--trainer.max_steps", "4"])
+    train_main([*args, "--trainer.max_steps", "6", "--ckpt_path", str(folder / "last.ckpt")])
+    assert {p.parent for p in tmp_path.rglob("*.ckpt")} == {folder}  # nowhere else
+    assert sorted(p.name for p in folder.glob("step??????.ckpt")) == [
+        "step000002.ckpt", "step000004.ckpt", "step000006.ckpt"]
+    assert [p.name[:10] for p in select(folder, last=10, best=None)] == [
+        "step000002", "step000004", "step000006"]
+
+
 @pytest.mark.slow
 def test_cli_trains_with_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     res = run_cli(

@@ -224,7 +224,7 @@ def test_cli_arguments_and_jsonl(checkpoint, monkeypatch, capsys, tmp_path):
     out = run_cli(monkeypatch, capsys, [*argv, "Ein Hund.", "", SENTENCES[2]]).out
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["src"] for r in records] == ["Ein Hund.", "", SENTENCES[2]]
-    assert all(set(r) == {"src", "hyp", "score", "nbest"} for r in records)
+    assert all(set(r) == {"src", "hyp", "score", "confidence", "nbest"} for r in records)
     assert len(records[0]["nbest"]) == 2 and records[0]["nbest"][0]["hyp"] == records[0]["hyp"]
     assert (tmp_path / "a.png").stat().st_size > 10_000
     src = tmp_path / "in.txt"

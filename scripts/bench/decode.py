@@ -35,6 +35,9 @@ from seq2seq.model import Seq2Seq
 
 TEST_SPLIT = "test_2016_flickr"
 DEFAULT_DECODING = DecodingConfig()  # its max_len_a/b give every engine's length limit
+# every engine runs the default repetition rule (HF and CTranslate2 have it built in), so
+# their outputs stay comparable one for one
+NO_REPEAT_NGRAM = DEFAULT_DECODING.no_repeat_ngram_size
 
 
 @dataclass
@@ -91,7 +94,8 @@ def ours_engine(model: Seq2Seq, beam_size: int = 1, use_cache: bool = True,
         for b in batches:
             decoding = DecodingConfig(method="beam" if beam_size > 1 else "greedy",
                                       beam_size=beam_size, length_penalty="average",
-                                      max_len_a=0.0, max_len_b=b.max_len, stopping=stopping)
+                                      max_len_a=0.0, max_len_b=b.max_len, stopping=stopping,
+                                      no_repeat_ngram_size=NO_REPEAT_NGRAM)
             result = search(model, b.src, decoding, use_cache=use_cache,
                             force_length=force_length, on_step=on_step)
             hyps += [h[0].tokens for h in result.hypotheses]
@@ -113,7 +117,8 @@ def hf_engine(marian, arch: ModelConfig, beam_size: int = 1,
             with torch.inference_mode():
                 out = marian.generate(input_ids=b.src, attention_mask=b.src.ne(arch.pad_id),
                                       num_beams=beam_size, do_sample=False,
-                                      max_new_tokens=b.max_len + 1, **extra)
+                                      max_new_tokens=b.max_len + 1,
+                                      no_repeat_ngram_size=NO_REPEAT_NGRAM, **extra)
             for row in out[:, 1:].tolist():  # drop the BOS it starts from
                 row = row[: row.index(arch.eos_id)] if arch.eos_id in row else row
                 hyps.append([t for t in row if t != arch.pad_id])
@@ -198,7 +203,7 @@ def ct2_specs(model: Seq2Seq, src_vocab: Sequence[str], tgt_vocab: Sequence[str]
     rows = []
     for compute_type in ("float32", "int8"):
         base = {"engine": "ct2", "ct2_path": str(path), "compute_type": compute_type,
-                "tgt_vocab": list(tgt_vocab), "never": never}
+                "tgt_vocab": list(tgt_vocab), "never": never, "no_repeat_ngram": NO_REPEAT_NGRAM}
         rows += [Row(f"CTranslate2 {compute_type}", "greedy", base),
                  Row(f"CTranslate2 {compute_type}", f"beam {beam_size}, patience 1",
                      {**base, "beam_size": beam_size})]

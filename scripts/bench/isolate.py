@@ -66,7 +66,8 @@ def build_engine(spec: dict):
         translator = ctranslate2.Translator(spec["ct2_path"], device="cpu",
                                             compute_type=spec["compute_type"],
                                             intra_threads=spec["threads"], inter_threads=1)
-        return ct2_engine(translator, spec["tgt_vocab"], spec["never"], beam)
+        return ct2_engine(translator, spec["tgt_vocab"], spec["never"], beam,
+                          spec.get("no_repeat_ngram", 0))
     import torch
 
     from scripts.bench.decode import hf_engine, ours_engine
@@ -83,9 +84,10 @@ def build_engine(spec: dict):
     raise ValueError(f"unknown engine {kind!r}")
 
 
-def ct2_engine(translator, tgt_vocab: Sequence[str], never: Sequence[str], beam_size: int = 1):
+def ct2_engine(translator, tgt_vocab: Sequence[str], never: Sequence[str], beam_size: int = 1,
+               no_repeat_ngram: int = 0):
     """``ctranslate2.Translator.translate_batch`` on the batches' pieces; ``never``: the pieces
-    it must not output (pad, BOS), as ours never does."""
+    it must not output (pad, BOS), as ours never does; ``no_repeat_ngram``: our output rule."""
     index = {p: i for i, p in enumerate(tgt_vocab)}
     suppress = [[p] for p in never]
 
@@ -94,7 +96,8 @@ def ct2_engine(translator, tgt_vocab: Sequence[str], never: Sequence[str], beam_
         for b in batches:
             results = translator.translate_batch(
                 b.pieces, beam_size=beam_size, length_penalty=1.0, max_decoding_length=b.max_len,
-                min_decoding_length=0, suppress_sequences=suppress, max_batch_size=0)
+                min_decoding_length=0, suppress_sequences=suppress, max_batch_size=0,
+                no_repeat_ngram_size=no_repeat_ngram)
             hyps += [[index[p] for p in r.hypotheses[0]] for r in results]
         return hyps
 

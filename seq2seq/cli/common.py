@@ -72,6 +72,10 @@ def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
                        help: str = "the trained model: a checkpoint file (.ckpt)") -> None:
     """Required ``-m/--model`` (dest ``checkpoint``), plus the deprecated ``-c/--checkpoint``.
     ``nargs="+"``: several checkpoints after one flag; ``append``: one per repeated flag."""
+    from seq2seq.shipped import shipped_models
+
+    if names := shipped_models():
+        help += f", or a shipped model's name ({', '.join(names)}), from any folder"
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("-m", "--model", dest="checkpoint", nargs=nargs, metavar=metavar,
                        action="append" if append else "store", help=help)

@@ -5,7 +5,9 @@
     seq2seq-evaluate -m run.ckpt --src-lang de --tgt-lang en --split val --limit 100
 
 Test set: the named Multi30k (``--test-set multi30k``, the default) split ``--split``, read
-from ``{data-dir}/{split}.{lang}.gz`` in the checkpoint's own direction; or any parallel
+from ``{data-dir}/{split}.{lang}.gz`` in the checkpoint's own direction (without --data-dir:
+the shipped copy, from any folder: ``$SEQ2SEQ_DATA/multi30k``, else the repository's
+``data/multi30k``, else ``./data/multi30k``); or any parallel
 text given as ``--src-file`` + ``--ref-file`` (plain or .gz, one sentence a line).
 ``--src-lang``/``--tgt-lang`` ask for a direction: a checkpoint trained for another pair
 is refused. Source and reference files must have the same number of lines.
@@ -78,8 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--test-set", metavar="NAME",
                    help=f"named test set, one of {list(TEST_SETS)} (default: multi30k)")
     g.add_argument("--split", help=f"its split, one of {list(EVAL_SPLITS)} (default: {DEFAULT_SPLIT})")
-    g.add_argument("--data-dir", default="data/multi30k",
-                   help="where the named test set's {split}.{lang}.gz files are (default: data/multi30k)")
+    g.add_argument("--data-dir", metavar="DIR",
+                   help="where the named test set's {split}.{lang}.gz files are (default: the "
+                        "shipped copy, found from any folder: $SEQ2SEQ_DATA/multi30k, else the "
+                        "repository's data/multi30k, else ./data/multi30k)")
     g.add_argument("--src-lang", metavar="LANG",
                    help="source language asked for (default: the checkpoint's); "
                         f"a checkpoint for another pair is refused; Multi30k: {list(MULTI30K_LANGS)}")
@@ -251,7 +255,9 @@ def print_table(results: list[dict[str, Any]], out=None) -> None:
 def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) -> None:
     """Before any decoding: the hypothesis folder and ``--json`` can be written, and no
     output would replace an input (a checkpoint, a source or a reference file)."""
-    inputs = {Path(p).resolve() for p in args.checkpoint}
+    from seq2seq.shipped import find_model
+
+    inputs = {find_model(p).resolve() for p in args.checkpoint}  # a shipped name: its file
     inputs |= {f.resolve() for _, t, _ in plan for f in (t.src_path, t.ref_path)}
     if args.json:
         check_output_file(args.json, "--json")

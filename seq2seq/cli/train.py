@@ -5,9 +5,10 @@
     seq2seq-train fit --config ... --trainer.devices 2 --trainer.strategy ddp   # multi-device
     seq2seq-train fit --config ... --trainer.default_root_dir runs/Y            # checkpoints: runs/Y/checkpoints
 
-Checkpoints (last.ckpt and the best by validation BLEU) go to ``--checkpoint.dirpath``,
-which defaults to ``<trainer.default_root_dir>/checkpoints`` (the working directory's
-``checkpoints`` when no root dir is set either).
+Checkpoints (last.ckpt, the best by validation BLEU, and the step snapshots of any other
+``ModelCheckpoint`` without a ``dirpath`` of its own) all go to one folder per run,
+``--checkpoint.dirpath``, which defaults to ``<trainer.default_root_dir>/checkpoints`` (the
+working directory's ``checkpoints`` when no root dir is set either).
 """
 
 from __future__ import annotations
@@ -110,11 +111,22 @@ class Seq2SeqCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         config = self._get(self.config_init, "trainer", default={})
         trainer = super().instantiate_trainer(**{**quiet_defaults(config), **kwargs})
+        one_checkpoint_folder(trainer)
         # atomic writes + weights_only reads for every checkpoint the Trainer touches
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if trainer.logger is None:  # --trainer.logger false: the lr monitor would refuse to run
             trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
         return trainer
+
+
+def one_checkpoint_folder(trainer) -> None:
+    """Every ``ModelCheckpoint`` without a folder of its own (the shipped configs' step
+    snapshots) writes beside ``last.ckpt``, in ``--checkpoint.dirpath``: Lightning would put it
+    in the logger's ``lightning_logs/version_N/checkpoints``, a new folder on every resume."""
+    ours = next((c.dirpath for c in trainer.checkpoint_callbacks if c.dirpath), None)
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath is None:
+            callback.dirpath = ours
 
 
 def _installed(*packages: str) -> bool:

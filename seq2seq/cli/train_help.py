@@ -27,8 +27,8 @@ that override them; --print_config shows the merged result and exits.
 
 examples:
   seq2seq-train fit -c configs/multi30k_de_en_tiny.yaml
-  seq2seq-train fit -c configs/multi30k_en_de_tiny.yaml -c configs/pre_ln.yaml \\
-      --trainer.default_root_dir runs/en_de_pre
+  seq2seq-train fit -c configs/multi30k_en_de_tiny.yaml -c configs/post_ln.yaml \\
+      --trainer.default_root_dir runs/en_de_post
   seq2seq-train fit -c configs/smoke.yaml --model.arch.norm rmsnorm --print_config
   seq2seq-train fit -c ... --ckpt_path runs/X/checkpoints/last.ckpt     # resume exactly
   seq2seq-train validate -c ... --ckpt_path runs/X/checkpoints/last.ckpt
@@ -38,8 +38,8 @@ examples:
 OPTIONS = [
     ("--trainer.default_root_dir", "runs/NAME",
      "the run's folder: lightning_logs/version_N/ (metrics.csv, config.yaml, curves.json and "
-     "curves.png) and checkpoints/ (last.ckpt and the 3 best by validation BLEU; "
-     "--checkpoint.dirpath puts them elsewhere); default: the working directory"),
+     "curves.png) and checkpoints/ (last.ckpt, the 3 best by validation BLEU and the configs' "
+     "step snapshots; --checkpoint.dirpath puts them elsewhere); default: the working directory"),
     ("--trainer.max_steps", "8000", "stop after this many optimizer updates (-1: no limit)"),
     ("--trainer.max_time", "00:02:00:00",
      "stop after this wall time (DD:HH:MM:SS), validating and checkpointing first"),
@@ -83,8 +83,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
 
 def _wrap(text: str, indent: str) -> str:
     width = min(shutil.get_terminal_size((100, 24)).columns, 100) - 2
+    # break_on_hyphens off: "Pre-LN", "De->En" and file names stay whole
     return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
-                         subsequent_indent=indent)
+                         subsequent_indent=indent, break_on_hyphens=False)
 
 
 def config_summaries(folder: Path = CONFIGS) -> dict[str, tuple[str, list[str]]]:

@@ -27,6 +27,7 @@ from datasets.arrow_writer import ArrowWriter
 from datasets.distributed import split_dataset_by_node
 
 from seq2seq.config import DataConfig
+from seq2seq.shipped import multi30k_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ Pairs = tuple[list[str], list[str]]
 
 
 def resolve_corpus(cfg: DataConfig, split: str) -> tuple[Path, Path]:
-    """``(src_path, tgt_path)`` of a named-corpus split: ``{data_dir}/{split}.{lang}.gz``."""
+    """``(src_path, tgt_path)`` of a named-corpus split: ``{data_dir}/{split}.{lang}.gz``; the
+    shipped copy (:mod:`seq2seq.shipped`, found from any folder) when ``data_dir`` is None."""
     if cfg.corpus != "multi30k":
         raise ValueError(f"unknown corpus {cfg.corpus!r}; choices: ['multi30k']")
     for name, lang in (("src_lang", cfg.src_lang), ("tgt_lang", cfg.tgt_lang)):
@@ -56,8 +58,9 @@ def resolve_corpus(cfg: DataConfig, split: str) -> tuple[Path, Path]:
             )
     if split not in MULTI30K_SPLITS:
         raise ValueError(f"unknown multi30k split {split!r}; choices: {list(MULTI30K_SPLITS)}")
-    root = Path(cfg.data_dir)
-    return root / f"{split}.{cfg.src_lang}.gz", root / f"{split}.{cfg.tgt_lang}.gz"
+    names = [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
+    root = Path(cfg.data_dir) if cfg.data_dir is not None else multi30k_dir(names)
+    return root / names[0], root / names[1]
 
 
 def expand_files(spec: str | os.PathLike[str] | Sequence[str], option: str) -> list[Path]:

@@ -164,13 +164,16 @@ def _row_tops(rows: DecoderRows, beams: _Beams, t: int, max_len: Tensor, decodin
     V = arch.tgt_vocab_size
     C = min(2 * K, V)
     block = h.shape[0] if on_step is not None else max(1, LOGITS_BLOCK // V)
+    # each beam's output so far (N*K, t), for the n-gram rule only
+    prefix = beams.tokens[:, :, :t].reshape(h.shape[0], t) if decoding.no_repeat_ngram_size else None
     tops, toks = [], []
     for i in range(0, h.shape[0], block):
         lprobs = rows.log_probs(h[i : i + block])
         if on_step is not None:
             on_step(t, lprobs)
         with phase("seq2seq.search.constrain"):
-            lprobs = constrain(lprobs, t, row_max[i : i + block], decoding, arch, force)
+            lprobs = constrain(lprobs, t, row_max[i : i + block], decoding, arch, force,
+                               None if prefix is None else prefix[i : i + block])
         top, tok = row_topk(lprobs, C)
         tops.append(top)
         toks.append(tok)

@@ -6,9 +6,13 @@ different lengths compare, and which tokens a step may emit.
   EOS is allowed: every hypothesis ends with EOS and its score includes EOS's log-prob.
 - A source longer than the model accepts is cut to ``max_positions - 1`` tokens (room for
   the EOS that ``collate_src`` appends): :func:`truncate_source`.
-- Min length: EOS gets -inf at steps ``t < min(min_len, max_len)``. Masks are applied to the
+- Min length: EOS gets -inf at steps ``t < min(min_len, max_len)`` (unless the n-gram rule
+  below has banned every other token). Masks are applied to the
   log-probs (no renormalisation), so scores stay true model log-probs.
 - ``|y|`` for the length penalty counts the generated tokens including EOS.
+- No repeated n-gram (``no_repeat_ngram_size = n > 0``, as in fairseq and HF generate): a
+  token that would complete an n-gram already in the row's output gets -inf. EOS is never
+  in an output before its end, so it is never banned: a row can always end.
 """
 
 from __future__ import annotations
@@ -50,21 +54,42 @@ def length_penalty(lengths: Tensor | float, decoding: DecodingConfig) -> Tensor 
     return lengths * 0.0 + 1.0
 
 
+def ban_repeated_ngrams(lprobs: Tensor, prefix: Tensor, n: int) -> None:
+    """In place: -inf in ``lprobs (R, V)`` for every token that would complete an n-gram
+    already in its row's output so far, ``prefix (R, t)``. ``n = 0`` is off."""
+    t = prefix.shape[1]
+    if n == 0 or t < n:
+        return
+    windows = prefix.unfold(1, n, 1)  # (R, t - n + 1, n): every n-gram so far
+    # A window whose first n-1 tokens are the row's last n-1 would be repeated by its last.
+    match = (windows[:, :, :-1] == prefix[:, None, t - n + 1:]).all(-1)  # (R, t - n + 1)
+    rows, starts = match.nonzero(as_tuple=True)
+    lprobs[rows, windows[rows, starts, -1]] = NEG_INF
+
+
 def constrain(lprobs: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
-              arch: ModelConfig, force: bool) -> Tensor:
+              arch: ModelConfig, force: bool, prefix: Tensor | None = None) -> Tensor:
     """Apply the output rules to step-``t`` log-probs ``(R, V)`` *in place* (a step's log-probs
     are a fresh tensor; copying R x V floats every step cost more than the rules themselves);
-    ``max_len (R,)`` per row."""
+    ``max_len (R,)`` per row; ``prefix (R, t)`` the rows' outputs so far (needed only with
+    ``no_repeat_ngram_size``)."""
     eos = arch.eos_id
     # pad and bos are never outputs: pad then only ever means "after EOS".
     lprobs[:, [arch.pad_id, arch.bos_id]] = NEG_INF
+    if prefix is not None:
+        ban_repeated_ngrams(lprobs, prefix, decoding.no_repeat_ngram_size)
     if force:
         lprobs[:, eos] = NEG_INF
         return lprobs
     # Forced EOS wins over min_len: a sentence capped below min_len still ends.
     early = (t < max_len.clamp(max=decoding.min_len)) if decoding.min_len else None
     if early is not None:
-        lprobs[:, eos] = lprobs[:, eos].masked_fill(early, NEG_INF)
+        eos_lp = lprobs[:, eos].clone()
+        lprobs[:, eos] = eos_lp.masked_fill(early, NEG_INF)
+        if prefix is not None and decoding.no_repeat_ngram_size:
+            # min_len and the n-gram ban together may leave a row no token: it ends there
+            stuck = lprobs.isneginf().all(1)
+            lprobs[stuck, eos] = eos_lp[stuck]
     at_max = max_len == t
     if bool(at_max.any()):
         eos_lp = lprobs[:, eos].clone()

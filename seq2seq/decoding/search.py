@@ -59,7 +59,9 @@ def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: 
         if on_step is not None:
             on_step(t, lprobs)
         with phase("seq2seq.search.constrain"):
-            lprobs = constrain(lprobs, t, max_len[rows], decoding, arch, force_length is not None)
+            prefix = out[rows, :t] if decoding.no_repeat_ngram_size else None  # (N, t)
+            lprobs = constrain(lprobs, t, max_len[rows], decoding, arch, force_length is not None,
+                               prefix)
         tok = choose(lprobs)  # (N,)
         scores[rows] += lprobs.gather(1, tok[:, None]).squeeze(1)
         out[rows, t] = tok

