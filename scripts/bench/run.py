@@ -149,7 +149,8 @@ def split_section(ckpt: dict, opts: Options, log: Log) -> dict:
 
 def shared_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log("\n[shared] translation and training alone, beside one busy core and beside two")
-    res = bench_shared(opts.checkpoint, str(opts.data_dir), repeats=opts.repeats, log=log)
+    res = bench_shared(opts.checkpoint, str(opts.data_dir), sentences=300, batches=4,
+                       repeats=opts.repeats, log=log)
     log("\n" + shared_table(res, "A shared machine: our speed beside busy cores"))
     return res
 
