@@ -75,11 +75,13 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- damaged checkpoints
-def _edit(fn):
+def _edit(fn, sealed: bool = False):
+    """An edited copy of the good checkpoint; ``sealed``: its checksum recomputed, so that
+    the check that must catch the edit is the structural one, not the checksum."""
     def make(good: dict, path: Path, extra) -> None:
         ckpt = copy.deepcopy(good)
         fn(ckpt, extra)
-        torch.save(ckpt, path)
+        torch.save(seal(ckpt) if sealed else ckpt, path)
     return make
 
 
@@ -156,13 +158,16 @@ DAMAGE = {  # name -> (maker, words the error must contain)
                             ["tgt tokenizer"]),
     "other tokenizer same size": (_edit(_set("seq2seq", "tokenizers",
                                              lambda c, e: e["other"].to_state())), ["checksum"]),
-    "wrong shape": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), torch.zeros(3, 3))), ["shape"]),
+    "wrong shape": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), torch.zeros(3, 3)),
+                          sealed=True), ["shape"]),
+    "edited weight": (_edit(lambda c, e: c["state_dict"][_weight(c)].mul_(2)), ["checksum"]),
     "nan weight": (_edit(_fill(float("nan"))), ["NaN or infinite"]),
     "inf weight": (_edit(_fill(float("inf"))), ["NaN or infinite"]),
-    "missing weight": (_edit(lambda c, e: c["state_dict"].pop(_weight(c))), ["missing"]),
-    "extra weight": (_edit(lambda c, e: c["state_dict"].__setitem__("model.extra", torch.zeros(2))), ["unexpected"]),
-    "int weight": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), c["state_dict"][_weight(c)].int())),
-                   ["dtype"]),
+    "missing weight": (_edit(lambda c, e: c["state_dict"].pop(_weight(c)), sealed=True), ["missing"]),
+    "extra weight": (_edit(lambda c, e: c["state_dict"].__setitem__("model.extra", torch.zeros(2)),
+                           sealed=True), ["unexpected"]),
+    "int weight": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), c["state_dict"][_weight(c)].int()),
+                         sealed=True), ["dtype"]),
     "state_dict not tensors": (_edit(_set("state_dict", "x")), ["state_dict"]),
     "a directory": (lambda g, p, e: p.mkdir(), ["is a directory"]),
 }

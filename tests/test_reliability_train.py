@@ -17,7 +17,8 @@ import pytest
 import torch
 from helpers import multi30k_lines
 
-from seq2seq.checkpoint import average, load_checkpoint, model_state
+from seq2seq.averaging import average
+from seq2seq.checkpoint import load_checkpoint, model_state
 from seq2seq.cli.average import select
 from seq2seq.cli.train import main as train_main
 

@@ -133,22 +133,43 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text")
     ap.add_argument("--plot-attention", metavar="FILE.png",
-                    help="heat-maps of the first non-blank input sentence's attention")
+                    help="heat-maps of the first non-blank input sentence's attention; an "
+                         "existing file is replaced only when it is such a plot")
+    ap.add_argument("--force", action="store_true",
+                    help="let --plot-attention replace an existing file that is not an "
+                         "attention plot (never the checkpoint or the input)")
     add_decoding_args(ap)
     return ap
 
 
 # ------------------------------------------------------------ input / output
+# Longest input line read (bytes): far beyond any sentence a model takes (max_positions
+# tokens), small enough that an endless line (/dev/zero, a binary file) is refused, not
+# read until memory runs out.
+MAX_LINE_BYTES = 1 << 20
+
+
 class _Lines:
     """Lines of a byte stream without their terminator. Only ``\\n`` ends a line (a stray
     ``\\r`` or other Unicode line break inside a line stays part of it, so line counts match
-    ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines."""
+    ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines. A line of
+    more than ``MAX_LINE_BYTES`` is a one-line error naming ``source`` and the line."""
 
-    def __init__(self, stream) -> None:
-        self.stream, self.invalid, self.lone_cr = stream, 0, 0
+    def __init__(self, stream, source: str = "stdin") -> None:
+        self.stream, self.source, self.invalid, self.lone_cr = stream, source, 0, 0
+
+    def _raw_lines(self) -> Iterator[bytes]:
+        number = 0
+        while raw := self.stream.readline(MAX_LINE_BYTES + 1):  # binary: split on b"\n" only
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ValueError(f"{self.source}: line {number} is longer than {MAX_LINE_BYTES:,} "
+                                 "bytes (no line break: not a text file?); nothing after it "
+                                 "was translated")
+            yield raw
 
     def __iter__(self) -> Iterator[str]:
-        for raw in self.stream:  # binary: split on b"\n" only
+        for raw in self._raw_lines():
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -167,10 +188,12 @@ def _open_input(args) -> Iterable[str]:
         return list(args.text)
     if args.input:
         try:
-            return _Lines(open(args.input, "rb"))  # noqa: SIM115
+            return _Lines(open(args.input, "rb"), f"--input {args.input}")  # noqa: SIM115
         except OSError as e:
             raise ValueError(f"--input {args.input}: {e.strerror}") from None
-    return _Lines(sys.stdin.buffer if sys.stdin is not None else [])  # stdin closed: no lines
+    if sys.stdin is None:  # closed (`<&-`): no lines, as from /dev/null
+        return []
+    return _Lines(sys.stdin.buffer)
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -198,23 +221,25 @@ def _format(result, fmt: str) -> str:
     }, ensure_ascii=False)
 
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+def check_plot_file(path: str, inputs: list[str | None], force: bool = False) -> None:
+    """``--plot-attention FILE`` replaces an earlier attention plot (marked as such inside
+    the PNG), nothing else unless ``--force``: never the checkpoint or the input, nor a
+    folder, FIFO or device."""
+    from seq2seq.files import kind_of
+    from seq2seq.plotting import is_own_plot
 
-
-def check_plot_file(path: str, inputs: list[str | None]) -> None:
-    """``--plot-attention FILE`` replaces an earlier plot (a PNG file), nothing else: not
-    the checkpoint, not the input, not any other file that happens to have that name."""
     check_output_file(path, "--plot-attention")
-    p = Path(path)
-    if not p.exists():
+    kind = kind_of(path)
+    if kind == "missing":
         return
-    if any(i and Path(i).exists() and os.path.samefile(p, i) for i in inputs):
+    if kind is not None:
+        raise ValueError(f"--plot-attention {path}: is {kind}; give a file name")
+    if any(i and Path(i).exists() and os.path.samefile(path, i) for i in inputs):
         raise ValueError(f"--plot-attention {path}: is an input of this command; choose "
                          "another file name")
-    with open(p, "rb") as f:
-        if f.read(len(PNG_MAGIC)) != PNG_MAGIC:
-            raise ValueError(f"--plot-attention {path}: exists and is not a PNG plot; it is "
-                             "only replaced when it is one: choose another file name")
+    if not force and not is_own_plot(path):
+        raise ValueError(f"--plot-attention {path}: exists and is not an attention plot written "
+                         "by seq2seq-translate; choose another file name (or --force to replace it)")
 
 
 def _plot_first(translator, lines: list[str], path: str) -> None:
@@ -239,7 +264,7 @@ def run(args) -> None:
     decoding = decoding_from_args(args)
     check_device(args.device)
     if args.plot_attention:
-        check_plot_file(args.plot_attention, [args.checkpoint, args.input])
+        check_plot_file(args.plot_attention, [args.checkpoint, args.input], args.force)
     lines = _open_input(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
     for note in ignored_options(args, decoding):
@@ -248,7 +273,8 @@ def run(args) -> None:
     if isinstance(out, io.TextIOWrapper):  # UTF-8 whatever the locale: emoji must not crash
         out.reconfigure(encoding="utf-8", errors="replace")
     # Interactive stdin: answer each line as it comes rather than waiting for a chunk.
-    size = 1 if not args.text and not args.input and sys.stdin.isatty() else CHUNK_LINES
+    interactive = not args.text and not args.input and sys.stdin is not None and sys.stdin.isatty()
+    size = 1 if interactive else CHUNK_LINES
     for i, chunk in enumerate(_chunks(lines, size)):
         if i == 0 and args.plot_attention:
             _plot_first(translator, chunk, args.plot_attention)
