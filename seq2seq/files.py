@@ -43,3 +43,32 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> Path:
     if kind is not None:
         raise ValueError(f"{what} {path}: is {kind}, not a regular file")
     return Path(path)
+
+
+def lock_folder(folder: str | os.PathLike[str], what: str) -> int | None:
+    """An exclusive lock on ``folder`` (created if missing) for as long as the returned
+    descriptor is open: released by :func:`unlock`, or by the OS when the process ends,
+    even by kill -9 (``flock`` on the folder itself: no lock file to leave behind).
+    A folder another process holds is a one-line ``ValueError`` naming ``what`` it is.
+    ``None`` where the system has no ``flock``."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"{what} {path}: another process is using it (a training run started "
+                         "earlier and still running?); wait for it to end, or choose another "
+                         "folder") from None
+    return fd
+
+
+def unlock(fd: int | None) -> None:
+    """Release a :func:`lock_folder` lock."""
+    if fd is not None:
+        os.close(fd)  # closing the only descriptor releases the flock
