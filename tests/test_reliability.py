@@ -366,14 +366,14 @@ def test_translate_paths(flags, words, work):
 @pytest.mark.parametrize("target", ["the checkpoint", "the input", "a user file"])
 def test_plot_attention_replaces_only_an_earlier_plot(target, work, tmp_path):
     """Never the checkpoint (-m), the --input file or another file of that name; an
-    earlier plot (a PNG) is replaced."""
+    earlier attention plot is replaced."""
     ckpt, src = tmp_path / "m.ckpt", tmp_path / "src.txt"
     ckpt.write_bytes((work / "good.ckpt").read_bytes())
     src.write_text("Ein Hund.\n")
     (tmp_path / "notes.txt").write_text("precious\n")
     path = {"the checkpoint": ckpt, "the input": src, "a user file": tmp_path / "notes.txt"}[target]
     before = snapshot(tmp_path)
-    words = ["is an input"] if target != "a user file" else ["not a PNG plot"]
+    words = ["is an input"] if target != "a user file" else ["not an attention plot", "--force"]
     assert_refused(run("translate", ["-m", str(ckpt), "--input", str(src),
                                      "--plot-attention", str(path)]), "translate", *words)
     assert snapshot(tmp_path) == before
@@ -518,7 +518,7 @@ def test_average_refusals(case, work, snapshots, tmp_path, other_tokenizers):
 
 def test_average_force_replaces_an_output_but_never_an_input(work, tmp_path):
     out = tmp_path / "avg.ckpt"
-    out.write_bytes(b"old")
+    out.write_bytes((work / "good2.ckpt").read_bytes())  # an earlier output
     code, _, err = run("average", ["-o", str(out), "--force", str(work / "good.ckpt")])
     assert code == 0, err
     load_checkpoint(out)

@@ -153,19 +153,22 @@ class _Lines:
     """Lines of a byte stream without their terminator. Only ``\\n`` ends a line (a stray
     ``\\r`` or other Unicode line break inside a line stays part of it, so line counts match
     ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines. A line of
-    more than ``MAX_LINE_BYTES`` is a one-line error naming ``source`` and the line."""
+    more than ``MAX_LINE_BYTES`` ends the lines, and ``too_long`` says so (the lines before
+    it are still translated)."""
 
     def __init__(self, stream, source: str = "stdin") -> None:
         self.stream, self.source, self.invalid, self.lone_cr = stream, source, 0, 0
+        self.too_long: str | None = None
 
     def _raw_lines(self) -> Iterator[bytes]:
         number = 0
         while raw := self.stream.readline(MAX_LINE_BYTES + 1):  # binary: split on b"\n" only
             number += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise ValueError(f"{self.source}: line {number} is longer than {MAX_LINE_BYTES:,} "
-                                 "bytes (no line break: not a text file?); nothing after it "
-                                 "was translated")
+                self.too_long = (f"{self.source}: line {number} is longer than "
+                                 f"{MAX_LINE_BYTES:,} bytes (no line break: not a text file?); "
+                                 "the lines before it were translated, none after")
+                return
             yield raw
 
     def __iter__(self) -> Iterator[str]:
@@ -281,6 +284,8 @@ def run(args) -> None:
         for result in translator.translate_full(chunk):
             out.write(_format(result, args.output_format) + "\n")
         out.flush()
+    if getattr(lines, "too_long", None):
+        raise ValueError(lines.too_long)
     if getattr(lines, "invalid", 0):
         print(f"{PROG}: warning: {lines.invalid} input line(s) were not valid UTF-8; their "
               "invalid bytes were replaced by U+FFFD", file=sys.stderr)
