@@ -12,12 +12,15 @@ One file format serves training (Lightning writes it) and inference:
 Everything is tensors, numbers, strings and bytes, so it loads with
 ``torch.load(path, weights_only=True)``: no arbitrary unpickling of user files.
 
-Every load is verified (:func:`check`) before anything runs: the model config is a valid
-``ModelConfig``, the tokenizers parse and match their SHA-256 fingerprints, vocabulary
-sizes and special ids agree with the config, every weight has the shape the config needs
-and is finite, and (format 2) ``checksum``, a SHA-256 over the config, the tokenizer
-fingerprints, the languages and the weights, still matches: an edited ``n_heads`` changes
-no shape, so only the checksum can tell. Format 1 files (no checksum) still load.
+Every load is verified (:func:`check`) before anything runs: the file is a regular file
+(a FIFO or a device is never opened), the model config is a valid ``ModelConfig``, the
+tokenizers parse and match their SHA-256 fingerprints, vocabulary sizes and special ids
+agree with the config, the config's sizes are those of the file's own tensors and every
+weight is finite (:func:`check_sizes`: nothing is built from an edited ``d_model`` or layer
+count), (format 2) ``checksum``, a SHA-256 over the config, the tokenizer fingerprints, the
+languages and the weights, still matches (an edited ``n_heads`` changes no shape, so only
+the checksum can tell), and only then is every weight compared with the shape the config
+needs. Format 1 files (no checksum) still load.
 """
 
 from __future__ import annotations
