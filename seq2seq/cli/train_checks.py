@@ -7,8 +7,11 @@ stderr, exit status 2, no traceback.
 * ``--ckpt_path`` is verified before Lightning reads it (it unpickles hyper-parameters
   first): missing, damaged, foreign or inference-only checkpoints are refused, the last
   pointing to ``--model.init_from``.
-* Before fit: a new run never writes over an earlier run's checkpoints (the folder must
-  hold none unless resuming), ``--model.init_from``'s tokenizers become the data module's,
+* Config files: a folder or FIFO, an empty file and YAML aliases (unbounded expansion)
+  are refused naming the file; aliases in option values too.
+* Before fit: the run's folders are locked for the whole run (a second run into them is
+  refused; the OS releases the lock when the process ends, however it ends); a new run
+  never writes over an earlier run's checkpoints (the folder must hold none unless resuming), ``--model.init_from``'s tokenizers become the data module's,
   and temporary files an interrupted save left in the checkpoint folder are removed.
 """
 
@@ -24,7 +27,6 @@ from typing import Any, NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_only
 
 from seq2seq.checkpoint import config_of, load_checkpoint, stale_temporaries, tokenizers_of
 from seq2seq.config import ConfigError
@@ -238,7 +240,7 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
     """Before ``fit``: a new run does not write over an earlier run's checkpoints;
     ``init_from``'s tokenizers for the data; no stale temporary files."""
     folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath]
-    if rank_zero_only.rank == 0:  # the other ranks of a run share rank 0's folders
+    if trainer.is_global_zero:  # the other ranks of a run share rank 0's folders
         # Held for the whole run, so that the check below cannot race another run starting
         # at the same time (both would find the folder empty, then overwrite each other).
         lock_run_folders([("--trainer.default_root_dir", Path(trainer.default_root_dir)),
