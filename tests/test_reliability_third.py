@@ -324,3 +324,5 @@ def test_plot_attention_replaces_only_its_own_plot_unless_forced(work, tmp_path)
     assert is_own_plot(photo) and is_own_plot(plot) and not is_own_plot(_photo(tmp_path / "p.png"))
     assert_refused(run("translate", [*argv, "--plot-attention", str(work / "good.ckpt"), "--force"]),
                    "translate", "is an input")
+    code, out, err = run("translate", [*argv, "--force"])
+    assert code == 0 and err == "seq2seq-translate: warning: --force has no effect without --plot-attention\n"

@@ -270,7 +270,10 @@ def run(args) -> None:
         check_plot_file(args.plot_attention, [args.checkpoint, args.input], args.force)
     lines = _open_input(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
-    for note in ignored_options(args, decoding):
+    notes = ignored_options(args, decoding)
+    notes += ["--force has no effect without --plot-attention"] if args.force and \
+        not args.plot_attention else []
+    for note in notes:
         print(f"{PROG}: warning: {note}", file=sys.stderr)
     out = sys.stdout
     if isinstance(out, io.TextIOWrapper):  # UTF-8 whatever the locale: emoji must not crash
