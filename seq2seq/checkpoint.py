@@ -1,4 +1,4 @@
-"""Self-contained checkpoints: save atomically, load safely and verified, average.
+"""Self-contained checkpoints: save atomically, load safely and verified.
 
 One file format serves training (Lightning writes it) and inference:
 
@@ -12,12 +12,15 @@ One file format serves training (Lightning writes it) and inference:
 Everything is tensors, numbers, strings and bytes, so it loads with
 ``torch.load(path, weights_only=True)``: no arbitrary unpickling of user files.
 
-Every load is verified (:func:`check`) before anything runs: the model config is a valid
-``ModelConfig``, the tokenizers parse and match their SHA-256 fingerprints, vocabulary
-sizes and special ids agree with the config, every weight has the shape the config needs
-and is finite, and (format 2) ``checksum``, a SHA-256 over the config, the tokenizer
-fingerprints, the languages and the weights, still matches: an edited ``n_heads`` changes
-no shape, so only the checksum can tell. Format 1 files (no checksum) still load.
+Every load is verified (:func:`check`) before anything runs: the file is a regular file
+(a FIFO or a device is never opened), the model config is a valid ``ModelConfig``, the
+tokenizers parse and match their SHA-256 fingerprints, vocabulary sizes and special ids
+agree with the config, the config's sizes are those of the file's own tensors and every
+weight is finite (:func:`check_sizes`: nothing is built from an edited ``d_model`` or layer
+count), (format 2) ``checksum``, a SHA-256 over the config, the tokenizer fingerprints, the
+languages and the weights, still matches (an edited ``n_heads`` changes no shape, so only
+the checksum can tell), and only then is every weight compared with the shape the config
+needs. Format 1 files (no checksum) still load.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import torch
 
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.files import kind_of
 from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
 
@@ -151,8 +155,11 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         path = find_model(path)
     except FileNotFoundError as e:
         raise CheckpointError(str(e)) from None
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path}: is a directory; give a checkpoint file (.ckpt)")
+    kind = kind_of(path)  # never open a FIFO or a device: torch.load would wait or read forever
+    if kind == "missing":
+        raise CheckpointError(f"checkpoint {path}: no such file")
+    if kind is not None:
+        raise CheckpointError(f"checkpoint {path}: is {kind}; give a checkpoint file (.ckpt)")
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
             warnings.simplefilter("ignore")
@@ -164,6 +171,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             from None
     check(ckpt, f"checkpoint {path}")
     return ckpt
+
+
+def is_checkpoint_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` looks like a file ``torch.save`` wrote (a zip archive holding a
+    ``data.pkl``), without loading it: what ``--force`` may replace."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _read_error(e: Exception, path: Path) -> str:
@@ -199,7 +216,25 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
     for side in ("src_lang", "tgt_lang"):
         if not isinstance(meta.get(side), (str, type(None))):
             raise CheckpointError(f"{where}: '{side}' must be a language code, got {meta[side]!r}")
-    check_weights(ckpt.get("state_dict"), arch, where)
+    state = ckpt.get("state_dict")
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{where}: 'state_dict' must map names to tensors")
+    # Before any model is built from the file's config: its sizes must be the ones its own
+    # weights have (an edited d_model or layer count would allocate GBs), and its checksum
+    # must hold (an edit that changes no shape).
+    check_sizes(state, arch, where)
+    for key, value in state.items():  # before the checksum: a diverged run is sealed as is
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{where}: weight {key.removeprefix(PREFIX)} holds NaN or "
+                                  "infinite values (a diverged run or a damaged file); use an "
+                                  "earlier checkpoint")
+    if (fmt >= 2 or "checksum" in meta) and meta.get("checksum") != checksum(ckpt):
+        raise CheckpointError(
+            f"{where}: its contents do not match its checksum: the file was edited or "
+            "damaged after it was written; use the original file (or re-save the edited "
+            "model with seq2seq.checkpoint.save_model)")
+    check_weights(state, arch, where)
     if fmt == 1 and "checksum" not in meta:
         # Nothing in a format-1 file can tell an edit that changes no shape (n_heads, ...)
         # from the original: say so rather than vouch for it.
@@ -207,12 +242,6 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
                       "weight shape (e.g. n_heads) cannot be detected; if you trust the file, "
                       "seal it with `seq2seq-average -o NEW.ckpt FILE` (one input: a copy, "
                       "checksummed)", stacklevel=2)
-    if fmt >= 2 or "checksum" in meta:
-        if meta.get("checksum") != checksum(ckpt):
-            raise CheckpointError(
-                f"{where}: its contents do not match its checksum: the file was edited or "
-                "damaged after it was written; use the original file (or re-save the edited "
-                "model with seq2seq.checkpoint.save_model)")
 
 
 def config_of(meta: dict[str, Any], where: str = "checkpoint") -> ModelConfig:
@@ -267,11 +296,50 @@ def _tokenizer(state: Any, side: str, where: str) -> Tokenizer:
     return tok
 
 
+# A position table that is computed, not stored (sinusoidal, rope), is bounded by this many
+# values or by the weights' own count, whichever is larger (64 MiB in fp32).
+COMPUTED_TABLE_LIMIT = 1 << 24
+
+
+def check_sizes(state: dict[str, torch.Tensor], arch: ModelConfig, where: str = "checkpoint") -> None:
+    """The sizes in ``arch`` are those of the weights in ``state``, read from the tensors
+    alone (nothing built): ``d_model`` is the embedding width, every other width is some
+    weight's dimension, the layer counts are the layers present, and a computed position
+    table is no larger than the model. Refuses before an edited config allocates memory."""
+    got = {k.removeprefix(PREFIX): v for k, v in state.items()}
+    embed = got.get("src_embed.tokens.weight")
+    if embed is None or embed.dim() != 2:
+        raise CheckpointError(f"{where}: weights do not fit model_config: missing or malformed "
+                              "src_embed.tokens.weight")
+    if arch.d_model != embed.shape[1]:
+        raise CheckpointError(f"{where}: model_config.d_model is {arch.d_model} but the weights' "
+                              f"shapes say {embed.shape[1]} (src_embed.tokens.weight is "
+                              f"{tuple(embed.shape)})")
+    dims = {d for t in got.values() for d in t.shape}
+    widths = {"d_ff": arch.d_ff, "n_heads x d_k": arch.n_heads * arch.head_dim_k,
+              "n_heads x d_v": arch.n_heads * arch.head_dim_v}
+    if arch.positional == "learned":
+        widths["max_positions"] = arch.max_positions  # the learned table is a weight
+    for name, size in widths.items():
+        if size not in dims:
+            raise CheckpointError(f"{where}: model_config {name} = {size} is no dimension of "
+                                  "any weight's shape: the config does not describe these weights")
+    for side in ("encoder", "decoder"):
+        layers = {k.split(".")[2] for k in got if k.startswith(f"{side}.layers.")}
+        if getattr(arch, f"{side}_layers") != len(layers):
+            raise CheckpointError(f"{where}: model_config.{side}_layers is "
+                                  f"{getattr(arch, side + '_layers')} but the weights hold "
+                                  f"{len(layers)} {side} layers")
+    table = arch.max_positions * max(arch.d_model, arch.head_dim_k)
+    if table > max(COMPUTED_TABLE_LIMIT, sum(t.numel() for t in got.values())):
+        raise CheckpointError(f"{where}: model_config.max_positions = {arch.max_positions} needs a "
+                              f"position table of {table:,} values, more than the whole model "
+                              "holds: an edited or damaged config")
+
+
 def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> None:
-    """Every model weight present, with the shape and kind ``arch`` needs, and finite."""
-    if not isinstance(state, dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise CheckpointError(f"{where}: 'state_dict' must map names to tensors")
+    """Every model weight present, with the shape and kind ``arch`` needs (``state``: names to tensors; :func:`check_sizes` first, so that building ``arch``
+    costs no more memory than the weights themselves)."""
     # Built on CPU, with the global RNG put back: the meta device would need no memory, but
     # its normal_ loads torch._dynamo (~800 modules, +76 MB resident in every command).
     with torch.random.fork_rng(devices=[]):
@@ -290,9 +358,6 @@ def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> N
         if value.is_floating_point() != want.is_floating_point():
             raise CheckpointError(f"{where}: weight {key} has dtype {value.dtype}, "
                                   f"expected {want.dtype}")
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"{where}: weight {key} holds NaN or infinite values (a "
-                                  "diverged run or a damaged file); use an earlier checkpoint")
 
 
 def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
@@ -317,84 +382,3 @@ def build_model(ckpt: dict[str, Any], arch: ModelConfig | None = None) -> Seq2Se
     if missing or unexpected:
         raise CheckpointError(f"checkpoint weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return model.eval()
-
-
-# ---------------------------------------------------------------- averaging
-STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def average(paths: list[str | os.PathLike], output: str | os.PathLike,
-            dtype: str | None = None) -> dict[str, Any]:
-    """Average the weights of ``paths`` (same config and tokenizers) into ``output``.
-
-    The result keeps the metadata of the last checkpoint and drops training state, so
-    it is an inference checkpoint (train from it with ``--model.init_from``).
-    ``dtype`` (a key of ``STORAGE_DTYPES``) stores the floating-point weights in that
-    precision, e.g. ``float16`` halves the file; :func:`build_model` computes in fp32 again.
-    Everything is checked before anything is written: the inputs (:func:`check`), that they
-    agree on config, tokenizers, weight names, shapes and dtypes, and that ``output`` is
-    none of them.
-    """
-    if dtype is not None and dtype not in STORAGE_DTYPES:
-        raise CheckpointError(f"average: dtype must be one of {list(STORAGE_DTYPES)}, got {dtype!r}")
-    if not paths:
-        raise CheckpointError("average: no checkpoints given")
-    _check_output(paths, Path(output))
-    ckpts = [load_checkpoint(p) for p in paths]
-    _check_compatible(paths, ckpts)
-    states = [c["state_dict"] for c in ckpts]
-    avg, done = {}, {}  # done: storage -> its average, so tied weights stay one tensor in the file
-    for key, value in states[-1].items():
-        if not key.startswith(PREFIX):
-            continue  # not a model weight (nothing else belongs in an inference checkpoint)
-        if not value.is_floating_point():
-            avg[key] = value
-            continue
-        shared = (value.untyped_storage().data_ptr(), value.storage_offset(), value.shape)
-        if shared not in done:
-            store = STORAGE_DTYPES[dtype] if dtype else value.dtype
-            done[shared] = sum(s[key].double() for s in states).div(len(states)).to(store)
-        avg[key] = done[shared]
-    first = ckpts[-1]["seq2seq"]
-    # converting one averaged checkpoint (e.g. to float16) keeps the list it came from
-    sources = first.get("averaged_from") if len(paths) == 1 else None
-    meta = {k: v for k, v in first.items() if k != "checksum"}
-    out = seal({"seq2seq": {**meta, "averaged_from": sources or [str(p) for p in paths]},
-                "state_dict": avg})
-    save_atomic(out, output)
-    return out
-
-
-def _check_output(paths: list, output: Path) -> None:
-    """The output must be a writable file path and none of the inputs."""
-    if output.is_dir():
-        raise CheckpointError(f"average: output {output} is a directory; give a file name")
-    for p in paths:
-        if output.exists() and Path(p).exists() and os.path.samefile(output, p):
-            raise CheckpointError(f"average: output {output} is one of the inputs; "
-                                  "choose another output file")
-    folder = output.parent if str(output.parent) else Path(".")
-    if folder.exists() and not os.access(folder, os.W_OK):
-        raise CheckpointError(f"average: cannot write {output}: folder {folder} is not writable")
-
-
-def _check_compatible(paths: list, ckpts: list[dict[str, Any]]) -> None:
-    """Same config, tokenizers, weight names, shapes and dtypes as the last checkpoint."""
-    last, ref = paths[-1], ckpts[-1]
-    meta = ref["seq2seq"]
-    want = {k: (v.shape, v.dtype) for k, v in ref["state_dict"].items() if k.startswith(PREFIX)}
-    for p, c in zip(paths, ckpts):
-        m = c["seq2seq"]
-        if m["model_config"] != meta["model_config"] or m["tokenizers"] != meta["tokenizers"]:
-            raise CheckpointError(f"average: {p} has another model config or tokenizer than {last}")
-        got = {k: (v.shape, v.dtype) for k, v in c["state_dict"].items() if k.startswith(PREFIX)}
-        if set(got) != set(want):
-            odd = sorted(set(got) ^ set(want))[:3]
-            raise CheckpointError(f"average: {p} and {last} hold different weights ({odd}); "
-                                  "nothing was written")
-        for key, (shape, dt) in got.items():
-            if (shape, dt) != want[key]:
-                raise CheckpointError(
-                    f"average: weight {key} is {dt} {tuple(shape)} in {p} but {want[key][1]} "
-                    f"{tuple(want[key][0])} in {last}; convert them to one dtype first "
-                    "(seq2seq-average --dtype float32 -o X FILE)")

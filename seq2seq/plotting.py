@@ -18,6 +18,22 @@ from torch import Tensor
 
 from seq2seq.model import Attentions
 
+# Every attention plot carries this text chunk, so that a later run replaces its own plot
+# and nothing else that happens to have the name (a holiday photo is a PNG too).
+MARK_KEY, MARK_VALUE = "seq2seq-plot", "1"
+
+
+def is_own_plot(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an attention plot :func:`plot_attention` wrote (its PNG text
+    chunk says so)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path, formats=["PNG"]) as image:  # reads the header chunks only
+            return image.info.get(MARK_KEY) == MARK_VALUE
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+        return False
+
 
 # ---------------------------------------------------------------- attention
 def _heads(w: Tensor) -> Tensor:
@@ -78,7 +94,7 @@ def plot_attention(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # emoji etc. lack a glyph in the default font: fine
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
-        fig.savefig(path, format="png")
+        fig.savefig(path, format="png", metadata={MARK_KEY: MARK_VALUE})
     return path
 
 

@@ -75,11 +75,13 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- damaged checkpoints
-def _edit(fn):
+def _edit(fn, sealed: bool = False):
+    """An edited copy of the good checkpoint; ``sealed``: its checksum recomputed, so that
+    the check that must catch the edit is the structural one, not the checksum."""
     def make(good: dict, path: Path, extra) -> None:
         ckpt = copy.deepcopy(good)
         fn(ckpt, extra)
-        torch.save(ckpt, path)
+        torch.save(seal(ckpt) if sealed else ckpt, path)
     return make
 
 
@@ -156,13 +158,16 @@ DAMAGE = {  # name -> (maker, words the error must contain)
                             ["tgt tokenizer"]),
     "other tokenizer same size": (_edit(_set("seq2seq", "tokenizers",
                                              lambda c, e: e["other"].to_state())), ["checksum"]),
-    "wrong shape": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), torch.zeros(3, 3))), ["shape"]),
+    "wrong shape": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), torch.zeros(3, 3)),
+                          sealed=True), ["shape"]),
+    "edited weight": (_edit(lambda c, e: c["state_dict"][_weight(c)].mul_(2)), ["checksum"]),
     "nan weight": (_edit(_fill(float("nan"))), ["NaN or infinite"]),
     "inf weight": (_edit(_fill(float("inf"))), ["NaN or infinite"]),
-    "missing weight": (_edit(lambda c, e: c["state_dict"].pop(_weight(c))), ["missing"]),
-    "extra weight": (_edit(lambda c, e: c["state_dict"].__setitem__("model.extra", torch.zeros(2))), ["unexpected"]),
-    "int weight": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), c["state_dict"][_weight(c)].int())),
-                   ["dtype"]),
+    "missing weight": (_edit(lambda c, e: c["state_dict"].pop(_weight(c)), sealed=True), ["missing"]),
+    "extra weight": (_edit(lambda c, e: c["state_dict"].__setitem__("model.extra", torch.zeros(2)),
+                           sealed=True), ["unexpected"]),
+    "int weight": (_edit(lambda c, e: c["state_dict"].__setitem__(_weight(c), c["state_dict"][_weight(c)].int()),
+                         sealed=True), ["dtype"]),
     "state_dict not tensors": (_edit(_set("state_dict", "x")), ["state_dict"]),
     "a directory": (lambda g, p, e: p.mkdir(), ["is a directory"]),
 }
@@ -361,14 +366,14 @@ def test_translate_paths(flags, words, work):
 @pytest.mark.parametrize("target", ["the checkpoint", "the input", "a user file"])
 def test_plot_attention_replaces_only_an_earlier_plot(target, work, tmp_path):
     """Never the checkpoint (-m), the --input file or another file of that name; an
-    earlier plot (a PNG) is replaced."""
+    earlier attention plot is replaced."""
     ckpt, src = tmp_path / "m.ckpt", tmp_path / "src.txt"
     ckpt.write_bytes((work / "good.ckpt").read_bytes())
     src.write_text("Ein Hund.\n")
     (tmp_path / "notes.txt").write_text("precious\n")
     path = {"the checkpoint": ckpt, "the input": src, "a user file": tmp_path / "notes.txt"}[target]
     before = snapshot(tmp_path)
-    words = ["is an input"] if target != "a user file" else ["not a PNG plot"]
+    words = ["is an input"] if target != "a user file" else ["not an attention plot", "--force"]
     assert_refused(run("translate", ["-m", str(ckpt), "--input", str(src),
                                      "--plot-attention", str(path)]), "translate", *words)
     assert snapshot(tmp_path) == before
@@ -513,7 +518,7 @@ def test_average_refusals(case, work, snapshots, tmp_path, other_tokenizers):
 
 def test_average_force_replaces_an_output_but_never_an_input(work, tmp_path):
     out = tmp_path / "avg.ckpt"
-    out.write_bytes(b"old")
+    out.write_bytes((work / "good2.ckpt").read_bytes())  # an earlier output
     code, _, err = run("average", ["-o", str(out), "--force", str(work / "good.ckpt")])
     assert code == 0, err
     load_checkpoint(out)

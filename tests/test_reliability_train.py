@@ -17,9 +17,12 @@ import pytest
 import torch
 from helpers import multi30k_lines
 
-from seq2seq.checkpoint import average, load_checkpoint, model_state
+from seq2seq.averaging import average
+from seq2seq.checkpoint import load_checkpoint, model_state
 from seq2seq.cli.average import select
 from seq2seq.cli.train import main as train_main
+from seq2seq.files import lock_folder, unlock
+from seq2seq.training.module import Seq2SeqModule
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -41,6 +44,13 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
         files[f"empty_{side}"] = d / f"empty.{side}"
         files[f"empty_{side}"].write_text("\n\n", encoding="utf-8")
     files["cache"] = d / "cache"
+    configs = {"empty": "\n# nothing but a comment\n\n", "recursive": "trainer: &a [*a]\n",
+               # nine-fold nesting, 9**10 leaves once expanded: the "billion laughs"
+               "laughs": "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+                   f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 11))}
+    for name, text in configs.items():
+        files[f"{name}_config"] = d / f"{name}.yaml"
+        files[f"{name}_config"].write_text(text, encoding="utf-8")
     return files
 
 
@@ -119,7 +129,17 @@ REFUSED = [  # (id, extra options (or a function of the fixtures), words the err
     ("an earlier run's checkpoints", lambda c, t: ["--checkpoint.dirpath", str(t["last"].parent)],
      ["holds checkpoints of an earlier run", "--ckpt_path", "last.ckpt"]),
     ("missing data file", lambda c, t: ["--data.data.train_src", str(c["train_de"]) + ".missing"], ["not found"]),
-    ("data file is a directory", lambda c, t: ["--data.data.train_src", str(c["cache"].parent)], []),
+    ("data file is a directory", lambda c, t: ["--data.data.train_src", str(c["cache"].parent)],
+     ["is a directory"]),
+    ("data file is a device", lambda c, t: ["--data.data.train_src", "/dev/zero"],
+     ["/dev/zero", "is a character device"]),
+    ("validate every 0 batches", ["--trainer.val_check_interval", "0"], ["--trainer.val_check_interval"]),
+    ("validate every 0.0 epochs", ["--trainer.val_check_interval", "0.0"], ["--trainer.val_check_interval"]),
+    ("empty config", lambda c, t: ["--config", str(c["empty_config"])], ["empty.yaml", "empty"]),
+    ("recursive YAML alias", lambda c, t: ["--config", str(c["recursive_config"])],
+     ["recursive.yaml", "alias *a"]),
+    ("billion laughs", lambda c, t: ["--config", str(c["laughs_config"])], ["laughs.yaml", "alias *a0"]),
+    ("alias in a value", ["--trainer.callbacks", "&a [*a]"], ["--trainer.callbacks", "alias *a"]),
     ("undecodable data", lambda c, t: ["--data.data.train_src", str(c["bad_utf8"])], ["invalid UTF-8"]),
     ("all-empty data", lambda c, t: ["--data.data.train_src", str(c["empty_de"]), "--data.data.train_tgt",
                                      str(c["empty_en"])], ["no sentence pairs"]),
@@ -232,3 +252,39 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(corpus, tmp_p
     assert ours["global_step"] == theirs["global_step"] == steps
     for name, w in model_state(theirs).items():
         torch.testing.assert_close(model_state(ours)[name], w, rtol=0, atol=1e-6, msg=where)
+
+
+# ---------------------------------------------------------------- one run per folder
+def test_a_run_folder_in_use_is_refused_and_released_when_its_holder_dies(corpus, tmp_path, capsys,
+                                                                           monkeypatch):
+    """The lock is what the training takes (flock on the folder); the OS releases it when
+    its holder dies, even by kill -9; the run holds it until it ends."""
+    root = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from seq2seq.cli.train_checks import "
+         f"lock_run_folders; lock_run_folders([('x', __import__('pathlib').Path({str(root)!r}))]); "
+         "print('locked', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        code, err = train(args(corpus, root), capsys, monkeypatch)
+        assert code == 2 and err.strip().splitlines()[-1].startswith("seq2seq-train: error: "), err
+        assert "--trainer.default_root_dir" in err and "another process is using it" in err, err
+        assert not list(root.rglob("*.ckpt"))
+    finally:
+        holder.kill()
+        holder.wait()
+    seen = []
+
+    def probe(module, batch, batch_idx):  # during the run: is the folder still locked?
+        try:
+            unlock(lock_folder(root, "probe"))
+            seen.append("free")
+        except ValueError:
+            seen.append("locked")
+
+    monkeypatch.setattr(Seq2SeqModule, "on_train_batch_start", probe, raising=False)
+    code, err = train(args(corpus, root), capsys, monkeypatch)
+    assert code == 0, err
+    assert seen == ["locked", "locked"]
+    unlock(lock_folder(root, "after the run"))  # released at the end, in-process too

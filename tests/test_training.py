@@ -14,7 +14,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from seq2seq.checkpoint import CheckpointError, average, build_model, load_checkpoint
+from seq2seq.averaging import average
+from seq2seq.checkpoint import CheckpointError, build_model, load_checkpoint
 from seq2seq.cli.train import build_cli
 from seq2seq.cli.train import main as train_main
 from seq2seq.config import DataConfig, ModelConfig, OptimConfig, TokenizerConfig

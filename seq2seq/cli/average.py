@@ -6,8 +6,8 @@
     seq2seq-average -o small.ckpt --dtype float16 a.ckpt         # one checkpoint, half the size
 
 Nothing is written unless every input loads, passes its checks and agrees with the others
-(config, tokenizers, weight names, shapes, dtypes). The output never replaces an input, and
-replaces another existing file only with ``--force``. Snapshots of the same step
+(config, tokenizers, language pair, weight names, shapes, dtypes). The output never replaces
+an input, and replaces an existing checkpoint only with ``--force``. Snapshots of the same step
 (``step000008.ckpt`` and the ``step000008-v1.ckpt`` a resumed run wrote again) count once.
 """
 
@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from seq2seq.cli.common import Parser, run_command
+from seq2seq.cli.common import Parser, check_replace, run_command
 
 PROG = "seq2seq-average"
 _BLEU = re.compile(r"bleu(\d+(?:\.\d+)?)")
@@ -63,7 +63,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from seq2seq.checkpoint import STORAGE_DTYPES
+    from seq2seq.averaging import STORAGE_DTYPES
 
     ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=list(STORAGE_DTYPES),
                     help="store the weights in this precision (default: as the inputs)")
     ap.add_argument("--force", action="store_true",
-                    help="replace an existing output file (never one of the inputs)")
+                    help="replace an existing output checkpoint (never one of the inputs, "
+                         "nor a file that is not a checkpoint)")
     return ap
 
 
@@ -155,13 +156,13 @@ def window_note(folder: Path, chosen: list[Path]) -> str | None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from seq2seq.checkpoint import average  # after argument errors: importing torch is slow
+    from seq2seq.averaging import average  # after argument errors: importing torch is slow
+    from seq2seq.checkpoint import is_checkpoint_file
 
     paths = inputs(args)
     out = Path(args.output)
-    if out.exists() and not out.is_dir() and not args.force \
-            and not any(p.exists() and out.samefile(p) for p in paths):
-        raise ValueError(f"output {out} exists; add --force to replace it")
+    if not any(p.exists() and out.exists() and out.samefile(p) for p in paths):  # else: average says
+        check_replace(out, "--output", args.force, "a checkpoint", is_checkpoint_file)
     average(paths, out, args.dtype)
     noun = "checkpoint" if len(paths) == 1 else "checkpoints"
     print(f"averaged {len(paths)} {noun} -> {out}", file=sys.stderr)

@@ -4,9 +4,11 @@ the trained model given as ``-m/--model CKPT``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -20,8 +22,9 @@ class Parser(argparse.ArgumentParser):
 
 def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     """Call ``run(args)``; bad input (``ValueError``, ``OSError``, hence ``CheckpointError``)
-    becomes ``PROG: error: ...`` on one line and exit status 2. Library warnings (e.g.
-    truncated sources) print as one ``PROG: warning: ...`` line each."""
+    becomes ``PROG: error: ...`` on one line and exit status 2; Ctrl-C exits with 130 and
+    no traceback. Library warnings (e.g. truncated sources) print as one
+    ``PROG: warning: ...`` line each."""
     from seq2seq import runtime
 
     shown = warnings.showwarning
@@ -33,6 +36,8 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     except BrokenPipeError:  # `| head`: the reader left; not an error (an OSError: first)
         sys.stdout = None  # nothing more to flush at exit
         sys.exit(0)
+    except KeyboardInterrupt:  # Ctrl-C / SIGINT: the user's choice, not an error to explain
+        sys.exit(130)  # 128 + SIGINT, as shells report it
     except (ValueError, OSError) as e:
         msg = " ".join(str(e).split())  # one line, whatever the exception text
         print(f"{prog}: error: {msg}", file=sys.stderr)
@@ -99,9 +104,6 @@ def check_device(name: str) -> None:
 
 def check_output_file(path: str, option: str) -> None:
     """Before any long work: ``path`` can be written as a file (not a folder, folder writable)."""
-    import os
-    from pathlib import Path
-
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{option} {path}: is a directory; give a file name")
@@ -112,3 +114,23 @@ def check_output_file(path: str, option: str) -> None:
         raise ValueError(f"{option} {path}: cannot write there (folder not writable)")
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"{option} {path}: the file is not writable")
+
+
+def check_replace(path: str | os.PathLike, option: str, force: bool, kind: str,
+                  is_kind: Callable[[Path], bool]) -> None:
+    """An output file that exists is replaced only with ``--force``, and only when it is an
+    earlier output of the same ``kind`` (``is_kind(path)``): ``--force`` is for re-running a
+    command, not for replacing whatever file has that name. Never a folder, FIFO or device."""
+    from seq2seq.files import kind_of
+
+    what = kind_of(path)
+    if what == "missing":
+        return
+    if what is not None:
+        raise ValueError(f"{option} {path}: is {what}; give a file name")
+    if not force:
+        raise ValueError(f"{option} {path}: exists (an earlier output?); --force replaces it, "
+                         "or choose another name")
+    if not is_kind(Path(path)):
+        raise ValueError(f"{option} {path}: exists and is not {kind}; --force replaces only an "
+                         "earlier output of this command: choose another name")

@@ -40,6 +40,7 @@ from seq2seq.cli.common import (
     add_model_argument,
     check_device,
     check_output_file,
+    check_replace,
     run_command,
 )
 from seq2seq.cli.translate import (
@@ -100,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "test set, CKPT.TESTSET.hyp (default: the --json file's folder, else "
                         f"./{DEFAULT_HYP_DIR})")
     o.add_argument("--force", action="store_true",
-                   help="replace hypothesis and --json files that exist already (an earlier "
-                        "evaluation); without it they are refused before any decoding")
+                   help="replace hypothesis and --json files of an earlier evaluation; without "
+                        "it, and for any other file of that name, they are refused before any "
+                        "decoding")
     o.add_argument("--quiet", action="store_true", help="no progress bar or progress lines on stderr")
     add_decoding_args(ap)
     return ap
@@ -269,17 +271,46 @@ def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) ->
         raise ValueError(f"--hyp-dir {hyp_dir}: cannot create the folder ({e.strerror})") from None
     if not os.access(hyp_dir, os.W_OK | os.X_OK):
         raise ValueError(f"--hyp-dir {hyp_dir}: the folder is not writable")
-    outputs = [("--json", Path(args.json))] if args.json else []
-    outputs += [("--hyp-dir", hyp) for _, _, hyp in plan]
-    for option, out in outputs:
+    outputs = [("--json", Path(args.json), "a results file of seq2seq-evaluate --json",
+                is_results_json)] if args.json else []
+    outputs += [("--hyp-dir", hyp, "a hypothesis file (UTF-8 text)", is_text_file)
+                for _, _, hyp in plan]
+    written: dict[Path, str] = {}
+    for option, out, kind, is_kind in outputs:
         if out.resolve() in inputs:
             raise ValueError(f"{option}: writing {out} would replace an input file; "
                              "choose another output")
-        if out.is_dir():
-            raise ValueError(f"{option}: {out} is a directory; it must be a file")
-        if out.exists() and not args.force:
-            raise ValueError(f"{option}: {out} exists (an earlier evaluation?); --force "
-                             "replaces it, or choose another folder or file")
+        if out.resolve() in written:  # e.g. --json naming the hypothesis file it writes
+            raise ValueError(f"{option} {out}: is also the {written[out.resolve()]} output of "
+                             "this evaluation; choose another name")
+        written[out.resolve()] = option
+        check_replace(out, option, args.force, kind, is_kind)
+
+
+def is_results_json(path: Path) -> bool:
+    """Whether ``path`` is what ``--json`` writes: a JSON list of result records."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(1) != b"[":  # not JSON of ours: not read any further (a checkpoint?)
+                return False
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return False
+    return isinstance(records, list) and bool(records) and all(
+        isinstance(r, dict) and {"checkpoint", "BLEU", "hypotheses"} <= set(r) for r in records)
+
+
+def is_text_file(path: Path, probe: int = 1 << 16) -> bool:
+    """Whether ``path`` starts as UTF-8 text (no NUL byte), as a hypothesis file does."""
+    import codecs
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(probe)
+        codecs.getincrementaldecoder("utf-8")().decode(head)  # a cut last character is fine
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in head
 
 
 def search_name(decoding: DecodingConfig) -> str:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seq2seq.cli.common import Parser, add_model_argument
+from seq2seq.cli.common import Parser, add_model_argument, run_command
 from seq2seq.export import FORMATS
 from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
 
+PROG = "seq2seq-export"
 
-def main(argv: list[str] | None = None) -> None:
-    ap = Parser(prog="seq2seq-export", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap)
     ap.add_argument("--to", required=True, choices=FORMATS, help="target format")
     ap.add_argument("-o", "--output", required=True, help="output folder (created)")
@@ -32,11 +33,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--force", action="store_true",
                     help="replace a previous export in the output folder (only its files: "
                          "a folder holding anything else, e.g. the checkpoint, is refused)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def run(args: argparse.Namespace) -> None:
     if args.quantization and args.to != "ctranslate2":
-        ap.error("--quantization is only supported with --to ctranslate2")
+        raise ValueError("--quantization is only supported with --to ctranslate2")
     if not args.output.strip():  # Path("") is ".": the working directory, never meant
-        ap.error("--output: empty folder name; give the folder to create")
+        raise ValueError("--output: empty folder name; give the folder to create")
     try:
         from seq2seq.export import export
 
@@ -44,15 +48,14 @@ def main(argv: list[str] | None = None) -> None:
                      overwrite=args.force)
     except ImportError as e:
         package = "ctranslate2" if args.to == "ctranslate2" else "transformers"
-        print(f"seq2seq-export: error: {package} is needed for --to {args.to} "
-              f"(pip install 'seq2seq[bench]'): {e}", file=sys.stderr)
-        sys.exit(2)
-    except (ValueError, OSError) as e:  # CheckpointError is a ValueError
-        message = " ".join(str(e).split())  # one line
-        print(f"seq2seq-export: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        raise ValueError(f"{package} is needed for --to {args.to} "
+                         f"(pip install 'seq2seq[bench]'): {e}") from None
     print(f"exported {args.checkpoint} -> {out} ({args.to}"
           f"{', ' + args.quantization if args.quantization else ''})", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(PROG, run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import ipaddress
 import socket
 import sys
 
-from seq2seq.cli.common import Parser, add_model_argument, run_command
+from seq2seq.cli.common import Parser, add_model_argument, check_device, run_command
 from seq2seq.config import ConfigError, ServeConfig
 
 PROG = "seq2seq-serve"
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> None:
         from seq2seq.serving.server import url_of
     except ImportError as e:  # the serve extra is optional
         raise ValueError(f"{e.name} is not installed: pip install 'seq2seq[serve]'") from None
+    check_device(args.device)
     sock = bind(cfg.host, cfg.port)  # a busy port fails before the models load
     if not _is_loopback(cfg.host) and cfg.api_keys is None:
         print(f"{PROG}: warning: listening on {cfg.host}: reachable from other machines, "

@@ -34,10 +34,13 @@ from seq2seq.cli.train_checks import (
     REFUSALS,
     StartupLogs,
     check_ckpt_path,
+    check_config_files,
     check_run_config,
     check_seed,
     fail,
     prepare_fit,
+    refuse_yaml_aliases,
+    release_run_folders,
     use_init_from_tokenizers,
 )
 from seq2seq.cli.train_help import HelpFormatter, annotate, description
@@ -95,6 +98,9 @@ class Seq2SeqCLI(LightningCLI):
     def before_fit(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
         prepare_fit(self.model, self.datamodule, self.trainer, ckpt_path)
+
+    def after_fit(self) -> None:
+        release_run_folders()
 
     def before_validate(self) -> None:
         use_init_from_tokenizers(self.model, self.datamodule)
@@ -166,6 +172,7 @@ def build_cli(args: list[str] | None = None, run: bool = True,
               startup: StartupLogs | None = None) -> Seq2SeqCLI:
     """The CLI object; ``run=False`` (no subcommand) only builds the classes (tests);
     ``startup`` releases Lightning's start-up lines once fit starts."""
+    refuse_yaml_aliases()
     help_kwargs = {"description": description(), "formatter_class": HelpFormatter}
     return Seq2SeqCLI(
         Seq2SeqModule,
@@ -198,10 +205,12 @@ def main(args: list[str] | None = None) -> None:
     runtime.start()  # threads from the cores this process can get now, then follow the load
     startup = StartupLogs()
     try:
+        check_config_files(args)
         build_cli(args, startup=startup)
     except REFUSALS as e:  # bad options, files or checkpoints: one line, exit status 2
         fail(e, args)
     finally:
+        release_run_folders()  # the OS would at exit; in-process callers (tests) need it now
         startup.close()
         # Tear gloo down before interpreter exit: left to atexit, a rank can abort with
         # "terminate called without an active exception".

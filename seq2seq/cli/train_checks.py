@@ -7,8 +7,11 @@ stderr, exit status 2, no traceback.
 * ``--ckpt_path`` is verified before Lightning reads it (it unpickles hyper-parameters
   first): missing, damaged, foreign or inference-only checkpoints are refused, the last
   pointing to ``--model.init_from``.
-* Before fit: a new run never writes over an earlier run's checkpoints (the folder must
-  hold none unless resuming), ``--model.init_from``'s tokenizers become the data module's,
+* Config files: a folder or FIFO, an empty file and YAML aliases (unbounded expansion)
+  are refused naming the file; aliases in option values too.
+* Before fit: the run's folders are locked for the whole run (a second run into them is
+  refused; the OS releases the lock when the process ends, however it ends); a new run
+  never writes over an earlier run's checkpoints (the folder must hold none unless resuming), ``--model.init_from``'s tokenizers become the data module's,
   and temporary files an interrupted save left in the checkpoint folder are removed.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -26,6 +30,7 @@ from lightning.pytorch.callbacks import Callback
 
 from seq2seq.checkpoint import config_of, load_checkpoint, stale_temporaries, tokenizers_of
 from seq2seq.config import ConfigError
+from seq2seq.files import kind_of, lock_folder, unlock
 from seq2seq.training.callbacks import load_training_checkpoint
 
 PROG = "seq2seq-train"
@@ -77,14 +82,76 @@ def fail(e: BaseException, argv: list[str] | None = None) -> NoReturn:
     sys.exit(2)
 
 
+def _config_files(argv: list[str] | None) -> list[str]:
+    """The ``--config``/``-c`` files of ``argv`` (default ``sys.argv``), in order."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    files = [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-c")]
+    return files + [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+
+
+def check_config_files(argv: list[str] | None) -> None:
+    """Each ``--config`` file is a regular file that configures something, without YAML
+    aliases: a folder or a FIFO is named as what it is, an empty file as empty (not
+    "Unexpected config:"), an alias with the file's name (see :func:`refuse_yaml_aliases`)."""
+    for path in _config_files(argv):
+        kind = kind_of(path)
+        if kind not in (None, "missing"):  # a missing one: jsonargparse says so, naming it
+            raise ValueError(f"--config {path}: is {kind}, not a YAML file")
+        if kind is not None or os.path.getsize(path) > _CONFIG_BYTES:
+            continue  # a larger file is no config of ours, and not empty: the parser says why
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+        if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+            raise ValueError(f"--config {path}: the file is empty (or holds only comments); "
+                             "give a YAML mapping of options, e.g. one of configs/*.yaml")
+        if alias := _first_alias(text):
+            raise ValueError(f"--config {path}: {alias}")
+
+
+_CONFIG_BYTES = 1 << 20
+
+
+def _first_alias(stream: str) -> str | None:
+    """What to say about the first YAML alias (``*name``) of ``stream``, if it has one."""
+    import yaml
+
+    if "*" not in stream:  # no alias without one: most values are not scanned at all
+        return None
+    try:
+        for token in yaml.scan(stream, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.AliasToken):
+                return (f"YAML alias *{token.value} (line {token.start_mark.line + 1}): aliases "
+                        "are not allowed in configs (their expansion is unbounded); write the "
+                        "value out")
+    except yaml.YAMLError:
+        pass  # not YAML up to an alias: the parser reports the syntax error, as without aliases
+    return None
+
+
+def refuse_yaml_aliases() -> None:
+    """Config YAML (files and values) may not use aliases (``*name``): expanding them is
+    unbounded (``a: &a [*a]`` recurses without end, nested ones grow exponentially: the
+    "billion laughs"). Anchors alone are harmless. Wraps jsonargparse's YAML loader, once."""
+    import yaml
+    from jsonargparse import get_loader, set_loader
+
+    load = get_loader("yaml")
+    if getattr(load, "refuses_aliases", False):
+        return
+
+    def loader(stream: str):
+        if alias := _first_alias(stream):
+            raise ValueError(alias)
+        return load(stream)
+
+    loader.refuses_aliases = True
+    set_loader("yaml", loader, exceptions=(yaml.YAMLError,))
+
+
 def _broken_config(argv: list[str] | None) -> str | None:
     """The first ``--config FILE`` of ``argv`` (default ``sys.argv``) that is no valid YAML."""
     import yaml
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
-    files += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    for path in files:
+    for path in _config_files(argv):
         try:
             yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError):
@@ -135,8 +202,8 @@ def check_run_config(config) -> None:
     that are files (found only at the first save, after training)."""
     def number(key):  # the value as a number, if it is one ("-5" from the command line too)
         value = config.get(key)
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d*)?", value.strip()):
+            return float(value) if "." in value else int(value)
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     problems = [
@@ -144,6 +211,9 @@ def check_run_config(config) -> None:
         ("trainer.check_val_every_n_epoch", lambda v: v < 1, ">= 1 or null"),
         ("trainer.gradient_clip_val", lambda v: not v >= 0, ">= 0 or null"),
         ("trainer.devices", lambda v: v == 0 or v < -1, "> 0 or -1 (all)"),
+        # 0 batches (or 0.0 of an epoch) between validations: a ZeroDivisionError at the first
+        ("trainer.val_check_interval", lambda v: not v > 0,
+         "> 0 (batches, or a fraction of an epoch) or null"),
     ]
     for key, bad, want in problems:
         if number(key) is not None and bad(number(key)):
@@ -170,6 +240,11 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
     """Before ``fit``: a new run does not write over an earlier run's checkpoints;
     ``init_from``'s tokenizers for the data; no stale temporary files."""
     folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath]
+    if trainer.is_global_zero:  # the other ranks of a run share rank 0's folders
+        # Held for the whole run, so that the check below cannot race another run starting
+        # at the same time (both would find the folder empty, then overwrite each other).
+        lock_run_folders([("--trainer.default_root_dir", Path(trainer.default_root_dir)),
+                          *(("--checkpoint.dirpath", f) for f in folders)])
     for folder in folders:
         earlier = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
         if earlier and not ckpt_path:  # a resume rewrites its own (identical) snapshots
@@ -186,6 +261,24 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
         for folder in folders:
             for stale in stale_temporaries(folder, "*.ckpt") if folder.is_dir() else []:
                 stale.unlink(missing_ok=True)
+
+
+_RUN_LOCKS: list[int | None] = []  # descriptors held until the run ends (or the process does)
+
+
+def lock_run_folders(folders: list[tuple[str, Path]]) -> None:
+    """Lock each of the run's folders ``(option, folder)`` against another training run."""
+    seen = set()
+    for option, folder in folders:
+        if folder.resolve() not in seen:
+            seen.add(folder.resolve())
+            _RUN_LOCKS.append(lock_folder(folder, option))
+
+
+def release_run_folders() -> None:
+    """Release :func:`lock_run_folders`' locks (the OS does it when the process ends)."""
+    while _RUN_LOCKS:
+        unlock(_RUN_LOCKS.pop())
 
 
 def use_init_from_tokenizers(module, datamodule) -> None:

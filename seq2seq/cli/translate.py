@@ -149,22 +149,46 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a one-line warning on stderr for each output whose confidence is "
                          "below P, in (0, 1), e.g. 0.5 (default: no warnings)")
     ap.add_argument("--plot-attention", metavar="FILE.png",
-                    help="heat-maps of the first non-blank input sentence's attention")
+                    help="heat-maps of the first non-blank input sentence's attention; an "
+                         "existing file is replaced only when it is such a plot")
+    ap.add_argument("--force", action="store_true",
+                    help="let --plot-attention replace an existing file that is not an "
+                         "attention plot (never the checkpoint or the input)")
     add_decoding_args(ap)
     return ap
 
 
 # ------------------------------------------------------------ input / output
+# Longest input line read (bytes): far beyond any sentence a model takes (max_positions
+# tokens), small enough that an endless line (/dev/zero, a binary file) is refused, not
+# read until memory runs out.
+MAX_LINE_BYTES = 1 << 20
+
+
 class _Lines:
     """Lines of a byte stream without their terminator. Only ``\\n`` ends a line (a stray
     ``\\r`` or other Unicode line break inside a line stays part of it, so line counts match
-    ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines."""
+    ``wc -l``). Invalid UTF-8 becomes U+FFFD, and ``invalid`` counts those lines. A line of
+    more than ``MAX_LINE_BYTES`` ends the lines, and ``too_long`` says so (the lines before
+    it are still translated)."""
 
-    def __init__(self, stream) -> None:
-        self.stream, self.invalid, self.lone_cr = stream, 0, 0
+    def __init__(self, stream, source: str = "stdin") -> None:
+        self.stream, self.source, self.invalid, self.lone_cr = stream, source, 0, 0
+        self.too_long: str | None = None
+
+    def _raw_lines(self) -> Iterator[bytes]:
+        number = 0
+        while raw := self.stream.readline(MAX_LINE_BYTES + 1):  # binary: split on b"\n" only
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                self.too_long = (f"{self.source}: line {number} is longer than "
+                                 f"{MAX_LINE_BYTES:,} bytes (no line break: not a text file?); "
+                                 "the lines before it were translated, none after")
+                return
+            yield raw
 
     def __iter__(self) -> Iterator[str]:
-        for raw in self.stream:  # binary: split on b"\n" only
+        for raw in self._raw_lines():
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -183,10 +207,12 @@ def _open_input(args) -> Iterable[str]:
         return list(args.text)
     if args.input:
         try:
-            return _Lines(open(args.input, "rb"))  # noqa: SIM115
+            return _Lines(open(args.input, "rb"), f"--input {args.input}")  # noqa: SIM115
         except OSError as e:
             raise ValueError(f"--input {args.input}: {e.strerror}") from None
-    return _Lines(sys.stdin.buffer if sys.stdin is not None else [])  # stdin closed: no lines
+    if sys.stdin is None:  # closed (`<&-`): no lines, as from /dev/null
+        return []
+    return _Lines(sys.stdin.buffer)
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -215,23 +241,25 @@ def _format(result, fmt: str) -> str:
     }, ensure_ascii=False)
 
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+def check_plot_file(path: str, inputs: list[str | None], force: bool = False) -> None:
+    """``--plot-attention FILE`` replaces an earlier attention plot (marked as such inside
+    the PNG), nothing else unless ``--force``: never the checkpoint or the input, nor a
+    folder, FIFO or device."""
+    from seq2seq.files import kind_of
+    from seq2seq.plotting import is_own_plot
 
-
-def check_plot_file(path: str, inputs: list[str | None]) -> None:
-    """``--plot-attention FILE`` replaces an earlier plot (a PNG file), nothing else: not
-    the checkpoint, not the input, not any other file that happens to have that name."""
     check_output_file(path, "--plot-attention")
-    p = Path(path)
-    if not p.exists():
+    kind = kind_of(path)
+    if kind == "missing":
         return
-    if any(i and Path(i).exists() and os.path.samefile(p, i) for i in inputs):
+    if kind is not None:
+        raise ValueError(f"--plot-attention {path}: is {kind}; give a file name")
+    if any(i and Path(i).exists() and os.path.samefile(path, i) for i in inputs):
         raise ValueError(f"--plot-attention {path}: is an input of this command; choose "
                          "another file name")
-    with open(p, "rb") as f:
-        if f.read(len(PNG_MAGIC)) != PNG_MAGIC:
-            raise ValueError(f"--plot-attention {path}: exists and is not a PNG plot; it is "
-                             "only replaced when it is one: choose another file name")
+    if not force and not is_own_plot(path):
+        raise ValueError(f"--plot-attention {path}: exists and is not an attention plot written "
+                         "by seq2seq-translate; choose another file name (or --force to replace it)")
 
 
 def _plot_first(translator, lines: list[str], path: str) -> None:
@@ -268,16 +296,20 @@ def run(args) -> None:
     check_warn_below(args.warn_below)
     check_device(args.device)
     if args.plot_attention:
-        check_plot_file(args.plot_attention, [args.checkpoint, args.input])
+        check_plot_file(args.plot_attention, [args.checkpoint, args.input], args.force)
     lines = _open_input(args)
     translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
-    for note in ignored_options(args, decoding):
+    notes = ignored_options(args, decoding)
+    notes += ["--force has no effect without --plot-attention"] if args.force and \
+        not args.plot_attention else []
+    for note in notes:
         print(f"{PROG}: warning: {note}", file=sys.stderr)
     out = sys.stdout
     if isinstance(out, io.TextIOWrapper):  # UTF-8 whatever the locale: emoji must not crash
         out.reconfigure(encoding="utf-8", errors="replace")
     # Interactive stdin: answer each line as it comes rather than waiting for a chunk.
-    size = 1 if not args.text and not args.input and sys.stdin.isatty() else CHUNK_LINES
+    interactive = not args.text and not args.input and sys.stdin is not None and sys.stdin.isatty()
+    size = 1 if interactive else CHUNK_LINES
     line = 0
     for i, chunk in enumerate(_chunks(lines, size)):
         if i == 0 and args.plot_attention:
@@ -287,6 +319,8 @@ def run(args) -> None:
             line += 1
             _warn_if_unsure(result, line, args.warn_below)
         out.flush()
+    if getattr(lines, "too_long", None):
+        raise ValueError(lines.too_long)
     if getattr(lines, "invalid", 0):
         print(f"{PROG}: warning: {lines.invalid} input line(s) were not valid UTF-8; their "
               "invalid bytes were replaced by U+FFFD", file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any
 
 from seq2seq.config import DataConfig
 from seq2seq.data.sources import load_hub, side_files
+from seq2seq.files import check_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,7 @@ def file_sha256(path: str | os.PathLike[str], memo: Path | None = None) -> str:
     """Content hash of a file, memoized per (path, size, mtime) within the process and,
     with ``memo``, in that folder across runs: a warm start does not re-read GBs of text."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
+    check_regular_file(path, "data file")  # a folder, FIFO or device is named as such
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     entry = memo / digest(key)[:32] if memo is not None else None

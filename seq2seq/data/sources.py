@@ -27,6 +27,7 @@ from datasets.arrow_writer import ArrowWriter
 from datasets.distributed import split_dataset_by_node
 
 from seq2seq.config import DataConfig
+from seq2seq.files import check_regular_file
 from seq2seq.shipped import multi30k_dir
 
 log = logging.getLogger(__name__)
@@ -162,8 +163,7 @@ def iter_line_blocks(path: str | os.PathLike[str]) -> Iterator[list[str]]:
     alignment of parallel files. Raises one-line errors naming the file (and line).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
+    check_regular_file(path, "data file")  # a folder, FIFO or device is named as such
     rest, lines_before = b"", 0
     for chunk in _chunks(path):
         data = rest + chunk
