@@ -25,7 +25,7 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     becomes ``PROG: error: ...`` on one line and exit status 2; Ctrl-C exits with 130 and
     no traceback. Library warnings (e.g. truncated sources) print as one
     ``PROG: warning: ...`` line each."""
-    from seq2seq import runtime
+    import seq2seq.runtime as runtime
 
     shown = warnings.showwarning
     warnings.showwarning = lambda message, *_, **__: print(

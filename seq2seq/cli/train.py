@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
-from seq2seq import runtime
+import seq2seq.runtime as runtime
 from seq2seq.cli.train_checks import (
     REFUSALS,
     StartupLogs,

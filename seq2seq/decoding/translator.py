@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seq2seq import runtime
+import seq2seq.runtime as runtime
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches

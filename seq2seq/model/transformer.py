@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+import seq2seq.model.step as step
 from seq2seq.config import ModelConfig
-from seq2seq.model import step
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import KV, DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding

@@ -12,7 +12,7 @@ from dataclasses import replace
 import lightning as L
 import torch
 
-from seq2seq import runtime
+import seq2seq.runtime as runtime
 from seq2seq.checkpoint import (
     CheckpointError,
     build_model,
