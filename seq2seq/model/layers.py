@@ -143,7 +143,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(arch.d_model, arch.d_ff)
         self.w2 = nn.Linear(arch.d_ff, arch.d_model)
-        self.act = F.relu if arch.activation == "relu" else F.gelu
+        self.act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[arch.activation]
         self.dropout = Dropout(arch.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
