@@ -31,9 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import DecodingConfig, ModelConfig
-from seq2seq.export.common import tokenizer_states, vocabularies
+from seq2seq.export.common import tokenizer_states, unk_token, vocabularies
 from seq2seq.model import Seq2Seq
-from seq2seq.specials import UNK_ID
 
 # Files an HF export writes (save_pretrained may shard the weights).
 _PRODUCTS = {
@@ -235,7 +234,7 @@ def write_tokenizer_files(out: Path, model: Seq2Seq, ck: dict[str, Any]) -> None
         "tokenizer_class": "MarianTokenizer",
         "source_lang": ck["seq2seq"].get("src_lang"),
         "target_lang": ck["seq2seq"].get("tgt_lang"),
-        "unk_token": src_vocab[UNK_ID],
+        "unk_token": unk_token(src_vocab),
         "eos_token": tgt_vocab[arch.eos_id],
         "pad_token": tgt_vocab[arch.pad_id],
         "model_max_length": arch.max_positions,
