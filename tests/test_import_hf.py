@@ -195,8 +195,11 @@ def test_translate_and_evaluate_cli_on_imported(opus, tmp_path):
     texts = sentences(5)
     code, out, err = run_main(translate_main, ["-m", str(ckpt)], "\n".join(texts).encode())
     assert code == 0, err
-    ours = Translator.from_checkpoint(ckpt).translate(texts)
+    translator = Translator.from_checkpoint(ckpt)
+    ours = translator.translate(texts)
     assert out.splitlines() == ours
+    explored = translator.translate_full(texts[:1], need_attention=True)[0]  # the explorer's call
+    assert explored.hyp == ours[0] and explored.attention.decoder_cross
     for text, mine in zip(texts, ours):  # HF, one sentence at a time with our length rule
         enc = tok([text], return_tensors="pt")
         limit = int(1.2 * enc.input_ids.shape[1] + 10)
@@ -264,6 +267,7 @@ def test_fine_tuning_from_imported_lowers_the_loss(opus, tmp_path, monkeypatch, 
         "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0",
         "--trainer.logger", "false", "--trainer.enable_model_summary", "false",
         "--trainer.default_root_dir", str(tmp_path / "run"), "--checkpoint.monitor", "null",
+        "--checkpoint.save_top_k", "-1",
     ]
     monkeypatch.setattr(sys, "argv", ["seq2seq-train"])
     try:
@@ -274,8 +278,9 @@ def test_fine_tuning_from_imported_lowers_the_loss(opus, tmp_path, monkeypatch, 
     assert tuned["seq2seq"]["tokenizers"] == load_checkpoint(ckpt)["seq2seq"]["tokenizers"]
     pair = TokenizerPair.from_state(tuned["seq2seq"]["tokenizers"])
     arch = model.arch
-    batch = collate(pair.src.encode(multi30k_lines("de", 64)), pair.tgt.encode(multi30k_lines("en", 64)),
-                    pad_id=arch.pad_id, bos_id=arch.bos_id, eos_id=arch.eos_id)
+    examples = [{"src_ids": s, "tgt_ids": t} for s, t in zip(
+        pair.src.encode(multi30k_lines("de", 64)), pair.tgt.encode(multi30k_lines("en", 64)))]
+    batch = collate(examples, pad_id=arch.pad_id, bos_id=arch.bos_id, eos_id=arch.eos_id)
 
     def loss(m) -> float:
         with torch.no_grad():
