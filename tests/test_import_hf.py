@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import multi30k_lines, run_main
 from opus_mt import build_opus_folder, write_tokenizer_files
+
 from seq2seq.checkpoint import build_model, load_checkpoint, model_state
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import TokenizerPair
@@ -326,3 +326,31 @@ def test_cli_refuses_missing_files_and_existing_output(opus, tmp_path):
     assert code == 2 and "exists" in err and existing.read_text() == "keep"
     code, _, err = run_main(main, [str(tmp_path / "nope"), "-o", str(tmp_path / "y.ckpt")])
     assert code == 2 and "no such folder" in err
+
+
+def test_hub_name_downloads_only_what_the_import_reads(opus, tmp_path, monkeypatch):
+    """The hub path (no internet here): ``huggingface_hub`` answered from the local folder;
+    the import asks for the files it reads (one weights file) and converts the download."""
+    import huggingface_hub
+
+    folder = opus[0]
+    asked = {}
+
+    def list_repo_files(self, name):
+        return sorted(p.name for p in folder.iterdir()) + ["tf_model.h5", "README.md"]
+
+    def snapshot_download(name, allow_patterns):
+        asked["name"], asked["files"] = name, sorted(allow_patterns)
+        out = tmp_path / "snapshot"
+        out.mkdir()
+        for f in allow_patterns:
+            shutil.copy(folder / f, out / f)
+        return str(out)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", list_repo_files)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    ckpt = import_marian("Helsinki-NLP/opus-mt-de-en", tmp_path / "hub.ckpt")
+    assert asked["name"] == "Helsinki-NLP/opus-mt-de-en"
+    assert "tf_model.h5" not in asked["files"] and "model.safetensors" in asked["files"]
+    assert (ckpt["seq2seq"]["src_lang"], ckpt["seq2seq"]["tgt_lang"]) == ("de", "en")
+    assert ckpt["seq2seq"]["tokenizers"] == load_checkpoint(opus[3])["seq2seq"]["tokenizers"]

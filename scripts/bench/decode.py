@@ -187,15 +187,17 @@ def cache_rows(model: Seq2Seq, batches: Sequence[DecodeBatch], subset: str, forc
 
 
 def hf_peers(model: Seq2Seq, beam_size: int, skipped: list[str]) -> dict[tuple[str, str], Engine]:
-    """``{(name, search): engine}`` for ``MarianMTModel.generate``, if transformers is installed."""
+    """``{(name, search): engine}`` for HF ``generate`` (MarianMTModel for a Post-LN model,
+    Pegasus for a Pre-LN one), if transformers is installed."""
     transformers = optional("transformers")
     if transformers is None:
-        skipped.append("Hugging Face transformers not installed: MarianMTModel rows skipped")
+        skipped.append("Hugging Face transformers not installed: HF generate rows skipped")
         return {}
-    from seq2seq.export.marian import to_hf_marian
+    from seq2seq.export import to_hf
 
     transformers.logging.set_verbosity_error()
-    marian, arch, name = to_hf_marian(model), model.arch, "HF Marian generate"
+    marian, arch = to_hf(model), model.arch
+    name = f"HF {type(marian).__name__.removesuffix('ForConditionalGeneration').removesuffix('MTModel')} generate"
     return {(name, "greedy"): hf_engine(marian, arch),
             (name, f"beam {beam_size}"): hf_engine(marian, arch, beam_size),
             (name, f"beam {beam_size}, exact stop"): hf_engine(marian, arch, beam_size, "never")}
@@ -291,8 +293,9 @@ def greedy_agreement(rows: Sequence[dict], log: Log = print) -> dict[str, float]
 
 def decode_targets(rows: Sequence[dict], beam_size: int, force_length: int) -> list[dict]:
     """The speed targets, each attached to the row whose ratio it checks."""
-    want = {("HF Marian generate", f"beam {beam_size}"):
-            (f"beam-{beam_size} sentences/s: ours ÷ HF generate", 3.0),
+    hf_beam = (f"beam-{beam_size} sentences/s: ours ÷ HF generate", 3.0)
+    want = {("HF Marian generate", f"beam {beam_size}"): hf_beam,
+            ("HF Pegasus generate", f"beam {beam_size}"): hf_beam,
             ("CTranslate2 float32", f"beam {beam_size}, patience 1"):
             (f"beam-{beam_size} sentences/s: ours ÷ CTranslate2 fp32", 1.0),
             ("ours, no cache", f"greedy, {force_length} tok forced"):

@@ -120,12 +120,12 @@ def bench_training(ckpt: dict, batches: Sequence, *, repeats: int = 3, max_token
         ours = train_row("ours", precision, ours_train_step(model, bf16), batches, repeats)
         rows.append(ours)
         if have_hf:
-            from seq2seq.export.marian import to_hf_marian
+            from seq2seq.export import to_hf
 
-            marian = to_hf_marian(build_model(ckpt))
+            marian = to_hf(build_model(ckpt))  # Marian (Post-LN) or Pegasus (Pre-LN)
             n_params["HF"] = trainable(marian)
-            log(f"  timing MarianMTModel training step, {precision} ...")
-            hf = train_row("HF MarianMTModel", precision,
+            log(f"  timing {type(marian).__name__} training step, {precision} ...")
+            hf = train_row(f"HF {type(marian).__name__}", precision,
                            hf_train_step(marian, model.arch.pad_id, bf16), batches, repeats)
             hf["ours_over_this"] = ours["tok_per_s"] / hf["tok_per_s"]
             targets.append(target(f"training tokens/s ({precision}): ours ÷ HF", hf, 1.5))

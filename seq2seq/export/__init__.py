@@ -55,3 +55,13 @@ def hf_format(ckpt_or_model) -> str:
 
     model, _ = load(ckpt_or_model)
     return "hf-pegasus" if norm_placement(model.arch).pre else "hf-marian"
+
+
+def to_hf(model, decoding=None):
+    """The equivalent HF model of a ``Seq2Seq``: ``MarianMTModel`` (Post-LN) or
+    ``PegasusForConditionalGeneration`` (Pre-LN); ValueError naming what neither holds."""
+    from seq2seq.export.marian import to_hf_marian
+    from seq2seq.export.pegasus import to_hf_pegasus
+
+    convert = to_hf_pegasus if hf_format(model) == "hf-pegasus" else to_hf_marian
+    return convert(model, decoding)
