@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> None:
         out = export(args.checkpoint, args.to, args.output, args.quantization,
                      overwrite=args.force)
     except ImportError as e:
-        package = "ctranslate2" if args.to == "ctranslate2" else "transformers"  # hf*
+        package, extra = ("ctranslate2", "bench") if args.to == "ctranslate2" else ("transformers", "hf")
         print(f"seq2seq-export: error: {package} is needed for --to {args.to} "
-              f"(pip install 'seq2seq[bench]'): {e}", file=sys.stderr)
+              f"(pip install 'seq2seq[{extra}]'): {e}", file=sys.stderr)
         sys.exit(2)
     except (ValueError, OSError) as e:  # CheckpointError is a ValueError
         message = " ".join(str(e).split())  # one line

@@ -15,7 +15,9 @@ express it: the decoder starts from our BOS, pad and BOS are never outputs
 (``suppress_tokens``), the last allowed step emits EOS (``forced_eos_token_id``), and the
 length limit is our cap, ``max_positions - 1`` tokens before EOS: HF has no per-sentence
 ``a * |src| + b``, so pass ``max_new_tokens`` to bound a call tighter. Beam settings are
-the ``DecodingConfig``'s: ``num_beams``, ``length_penalty`` 1.0 for our ``average``
+the ``DecodingConfig``'s (by default :data:`EXPORT_DECODING`, our beam search, so
+``generate()`` and ``pipeline("translation")`` without arguments run
+``seq2seq-translate --beam 5``): ``num_beams``, ``length_penalty`` 1.0 for our ``average``
 (log-prob / length) or 0.0 for ``none``, and ``early_stopping`` False for our
 ``heuristic`` stopping (the same rule) or ``"never"`` for ``exact``.
 """
@@ -97,6 +99,7 @@ def layout_problems(fmt: str, arch: ModelConfig) -> list[str]:
 
 
 # ---------------------------------------------------------------- generation config
+EXPORT_DECODING = DecodingConfig(method="beam")  # what an exported generate() does by default
 _EARLY_STOPPING = {"heuristic": False, "exact": "never"}
 _LENGTH_PENALTY = {"average": 1.0, "none": 0.0}
 
@@ -106,7 +109,7 @@ def generation_config(arch: ModelConfig, decoding: DecodingConfig | None = None)
     ``DecodingConfig`` field HF cannot express."""
     from transformers import GenerationConfig
 
-    d = decoding or DecodingConfig()
+    d = decoding or EXPORT_DECODING
     if d.length_penalty not in _LENGTH_PENALTY:
         raise ValueError(f"DecodingConfig.length_penalty={d.length_penalty!r} has no HF "
                          f"equivalent (HF divides by length ** p); use one of {list(_LENGTH_PENALTY)}")
