@@ -354,3 +354,44 @@ def test_hub_name_downloads_only_what_the_import_reads(opus, tmp_path, monkeypat
     assert "tf_model.h5" not in asked["files"] and "model.safetensors" in asked["files"]
     assert (ckpt["seq2seq"]["src_lang"], ckpt["seq2seq"]["tgt_lang"]) == ("de", "en")
     assert ckpt["seq2seq"]["tokenizers"] == load_checkpoint(opus[3])["seq2seq"]["tokenizers"]
+
+
+def test_separate_vocabularies(tmp_path):
+    """A MarianMT model with separate source and target vocabularies (``vocab.json`` and
+    ``target_vocab.json``, unshared embeddings): sizes, ids and logits as HF's."""
+    import sentencepiece as spm
+    from opus_mt import marian_config, train_spm
+
+    folder = tmp_path / "sep"
+    folder.mkdir()
+    vocabs = []
+    for side, lang, size in (("source", "de", 150), ("target", "en", 120)):
+        proto = train_spm(multi30k_lines(lang, 500), size, "unigram")
+        (folder / f"{side}.spm").write_bytes(proto)
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        vocabs.append(["</s>", "<unk>", "<pad>"] + [sp.id_to_piece(i) for i in range(3, size)])
+    for name, vocab in zip(("vocab.json", "target_vocab.json"), vocabs):
+        (folder / name).write_text(json.dumps({p: i for i, p in enumerate(vocab)}))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"source_lang": "de", "target_lang": "en", "separate_vocabs": True}))
+    config = marian_config(len(vocabs[0]), decoder_vocab_size=len(vocabs[1]),
+                           share_encoder_decoder_embeddings=False, pad_token_id=2,
+                           decoder_start_token_id=2)
+    torch.manual_seed(0)
+    marian = transformers.MarianMTModel(config).eval()
+    marian.save_pretrained(folder)
+    ckpt = import_marian(folder, tmp_path / "sep.ckpt")
+    arch = ckpt["seq2seq"]["model_config"]
+    assert (arch["src_vocab_size"], arch["tgt_vocab_size"]) == (150, 120)
+    assert not arch["share_embeddings"] and (arch["pad_id"], arch["bos_id"]) == (2, 2)
+    model = build_model(ckpt)
+    tok = marian_tokenizer(folder)
+    enc, tgt_in = teacher_forced(tok, model.arch)
+    pair = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
+    targets = multi30k_lines("en", 16, "test_2016_flickr")
+    assert [ids + [0] for ids in pair.tgt.encode(targets)] == tok(text_target=targets).input_ids
+    with torch.no_grad():
+        theirs = marian(input_ids=enc.input_ids, attention_mask=enc.attention_mask,
+                        decoder_input_ids=tgt_in).logits
+        torch.testing.assert_close(model(enc.input_ids, tgt_in), theirs, atol=1e-4, rtol=0)
+    assert len(Translator.from_checkpoint(tmp_path / "sep.ckpt").translate(sentences(3))) == 3
