@@ -18,7 +18,7 @@ from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
 Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Positional = Literal["sinusoidal", "learned", "rope"]
-Activation = Literal["relu", "gelu"]
+Activation = Literal["relu", "gelu", "silu"]  # silu = swish (OPUS-MT)
 
 
 class ConfigError(ValueError):
@@ -106,8 +106,9 @@ class ModelConfig:
     max_positions: int = 1024  # longest sequence (subword tokens) either side accepts
     share_embeddings: bool = True  # encoder and decoder share one table (needs a joint vocab)
     tie_output: bool = True  # decoder output projection = decoder input embedding
+    output_bias: bool = False  # a bias on the output projection (Marian's final_logits_bias)
     pad_id: int = PAD_ID
-    bos_id: int = BOS_ID
+    bos_id: int = BOS_ID  # the decoder's start token, never an output (= pad_id in Marian)
     eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:

@@ -217,7 +217,9 @@ def test_decoding_section_ratios_targets_and_agreement(ckpt_path, ckpt):
     assert rows[("ours, no cache", "greedy", "first 3")]["agree_pct"] == 100.0
     assert rows[("ours", "greedy, 8 tok forced", "first 3")]["target_tokens"] == 3 * 8
     assert rows[("ours, no cache", "greedy, 8 tok forced", "first 3")]["agree_pct"] == 100.0
-    peers = ["HF generate"] * HAVE_HF + ["CTranslate2 float32", "CTranslate2 int8"] * HAVE_CT2
+    hf_names = {r["engine"] for r in res["rows"] if r["engine"].startswith("HF ")}
+    assert hf_names <= {"HF Marian generate", "HF Pegasus generate"} and len(hf_names) == HAVE_HF
+    peers = sorted(hf_names) + ["CTranslate2 float32", "CTranslate2 int8"] * HAVE_CT2
     for name in peers:
         beam = "beam 2" if name.startswith("HF") else "beam 2, patience 1"  # the rule each uses
         assert (name, "greedy", "all") in rows and (name, beam, "all") in rows

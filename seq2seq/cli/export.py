@@ -1,14 +1,16 @@
 """``seq2seq-export``: convert a checkpoint for a peer runtime.
 
     seq2seq-export -m best.ckpt --to ctranslate2 --output ct2/ [--quantization int8]
-    seq2seq-export -m best.ckpt --to hf-marian --output marian/
+    seq2seq-export -m best.ckpt --to hf --output hf/
 
 ctranslate2: a CTranslate2 model folder (vocabulary = the SentencePiece pieces; the decoder
 starts from <s>) with the SentencePiece models (source.model, target.model); CTranslate2
 appends the source EOS itself, so ``sp.encode(text, out_type=str)`` goes in as is.
-hf-marian: ``MarianMTModel.save_pretrained`` files plus the SentencePiece models
-(source.spm, target.spm) and vocab.json. Options a format cannot represent (e.g.
-Pre-LN for hf-marian) are refused by name.
+hf: a Hugging Face folder (MarianMT for a Post-LN model, Pegasus for a Pre-LN one; force
+one with hf-marian or hf-pegasus): save_pretrained files, a generation config with our
+search settings, and the SentencePiece models (source.spm, target.spm) with vocab.json for
+MarianTokenizer, so AutoModelForSeq2SeqLM/AutoTokenizer/pipeline("translation") load the
+folder alone. Options a format cannot represent (e.g. RMSNorm) are refused by name.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ def run(args: argparse.Namespace) -> None:
         out = export(args.checkpoint, args.to, args.output, args.quantization,
                      overwrite=args.force)
     except ImportError as e:
-        package = "ctranslate2" if args.to == "ctranslate2" else "transformers"
+        package, extra = ("ctranslate2", "bench") if args.to == "ctranslate2" else ("transformers", "hf")
         raise ValueError(f"{package} is needed for --to {args.to} "
-                         f"(pip install 'seq2seq[bench]'): {e}") from None
+                         f"(pip install 'seq2seq[{extra}]'): {e}") from None
     print(f"exported {args.checkpoint} -> {out} ({args.to}"
           f"{', ' + args.quantization if args.quantization else ''})", file=sys.stderr)
 

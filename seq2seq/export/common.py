@@ -178,6 +178,12 @@ def vocabularies(
     return src, tgt
 
 
+def unk_token(vocab: Sequence[str]) -> str:
+    """The unknown token's string: ``<unk>`` (our tokenizers' and Marian's), else the piece
+    at our UNK id."""
+    return "<unk>" if "<unk>" in vocab or UNK_ID >= len(vocab) else vocab[UNK_ID]
+
+
 def tokenizer_states(ckpt: dict[str, Any] | None) -> dict[str, Any] | None:
     """The checkpoint's ``{"src": state, "tgt": state}`` tokenizers, if it has any."""
     return (ckpt or {}).get("seq2seq", {}).get("tokenizers")

@@ -38,11 +38,11 @@ from seq2seq.export.common import (
     refuse,
     source_path,
     tokenizer_states,
+    unk_token,
     vocabularies,
 )
 from seq2seq.model import Seq2Seq
 from seq2seq.model.norms import NormPlacement, norm_placement
-from seq2seq.specials import UNK_ID
 
 # What CTranslate2 itself accepts; the CLI offers OFFERED_QUANTIZATIONS.
 CT2_QUANTIZATIONS = (
@@ -142,7 +142,7 @@ def _write_decoder(spec, model: Seq2Seq, placement: NormPlacement) -> None:
         _norm(s.attention.layer_norm, layer.cross_block.norm)
     if placement.final_norm:
         _norm(spec.layer_norm, model.decoder.final_norm)
-    spec.projection.weight = _numpy(model.output.weight)
+    _linear(spec.projection, model.output)  # with Marian's logits bias when there is one
 
 
 # ---------------------------------------------------------------- spec
@@ -150,11 +150,12 @@ def _empty_spec(arch: ModelConfig, placement: NormPlacement):
     """A ``TransformerSpec`` of ``arch``'s shape, weights unset."""
     from ctranslate2.specs import common_spec, transformer_spec
 
-    relu = arch.activation == "relu"
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "silu": common_spec.Activation.SWISH}[arch.activation]
     options = dict(
         pre_norm=placement.pre,
         no_final_norm=not placement.final_norm,
-        activation=common_spec.Activation.RELU if relu else common_spec.Activation.GELU,
+        activation=activation,
         rms_norm=arch.norm == "rmsnorm",
         head_dim=arch.head_dim_k if arch.head_dim_k * arch.n_heads != arch.d_model else None,
     )
@@ -169,7 +170,7 @@ def _empty_spec(arch: ModelConfig, placement: NormPlacement):
 def _set_vocabularies(spec, arch: ModelConfig, src_vocab: list[str], tgt_vocab: list[str]) -> None:
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
-    spec.config.unk_token = src_vocab[UNK_ID] if UNK_ID < len(src_vocab) else "<unk>"
+    spec.config.unk_token = unk_token(src_vocab)
     spec.config.bos_token = tgt_vocab[arch.bos_id]
     spec.config.eos_token = tgt_vocab[arch.eos_id]
     spec.config.decoder_start_token = tgt_vocab[arch.bos_id]

@@ -22,13 +22,15 @@ from seq2seq.profiling import phase
 
 # ---------------------------------------------------------------- positions
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
-    """``(n_positions, d_model)``: sin on even dims, cos on odd dims (Vaswani et al.)."""
-    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).float() / d_model)
-    table = torch.zeros(n_positions, d_model)
+    """``(n_positions, d_model)``: sin on even dims, cos on odd dims (Vaswani et al.).
+    Computed in float64, then rounded: the table Marian/Pegasus build (float32 angles
+    drift by up to 1.6e-5 at position 512, which an imported model's logits amplify)."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).double() / d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)
-    return table
+    return table.float()
 
 
 class RotaryEmbedding(nn.Module):
@@ -143,7 +145,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(arch.d_model, arch.d_ff)
         self.w2 = nn.Linear(arch.d_ff, arch.d_model)
-        self.act = F.relu if arch.activation == "relu" else F.gelu
+        self.act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[arch.activation]
         self.dropout = Dropout(arch.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:

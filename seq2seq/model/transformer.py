@@ -98,7 +98,7 @@ class Seq2Seq(nn.Module):
         self.tgt_embed = Embedding(arch.tgt_vocab_size, arch, tokens=shared)
         self.encoder = Encoder(arch)
         self.decoder = Decoder(arch)
-        self.output = nn.Linear(arch.d_model, arch.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(arch.d_model, arch.tgt_vocab_size, bias=arch.output_bias)
         if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
         self._init_weights()

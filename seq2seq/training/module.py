@@ -159,7 +159,7 @@ class Seq2SeqModule(L.LightningModule):
         """Label-smoothed cross-entropy per target token (padding ignored)."""
         keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
         targets, o = batch.tgt_out[keep], self.optim  # (N,)
-        if o.loss == "fused":
+        if o.loss == "fused" and self.model.output.bias is None:  # fused: no output bias
             hidden = self.model(batch.src, batch.tgt_in, keep, project=False)  # (N, d_model)
             loss = fused_projection_loss(hidden, self.model.output.weight, targets,
                                          o.label_smoothing, o.loss_chunk)

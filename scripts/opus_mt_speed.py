@@ -1,0 +1,158 @@
+"""Speed at OPUS-MT's size: ``seq2seq-translate``'s search vs HF ``generate`` vs CTranslate2
+on the same weights, each engine timed in its own fresh process.
+
+    python scripts/opus_mt_speed.py --workdir /tmp/opus-speed --sentences 1000 --threads 1
+
+``prepare`` (run first, once): a MarianMT folder of ``Helsinki-NLP/opus-mt-de-en``'s shape
+(6+6 layers, d_model 512, 8 heads, FFN 2048, swish, a 58,101-piece joint vocabulary: ~74M
+parameters) with random weights and SentencePiece models trained on Multi30k, imported
+with ``seq2seq-import`` and exported to CTranslate2. Then, per engine and search, a fresh
+``python scripts/opus_mt_speed.py run ...`` loads only its engine, decodes the first
+``--sentences`` lines of test_2016_flickr (the benchmark's batches and length limits:
+``scripts/bench/decode.py``) and reports sentences/s; the table gives each engine's
+ratio to ours and its agreement with our outputs. A random model never emits EOS, so
+every engine decodes each batch to its length limit: a like-for-like speed test.
+Timings mean something only on a quiet machine (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ENGINES = ("ours", "hf", "ct2")
+OPUS_VOCAB = 58101  # Helsinki-NLP/opus-mt-de-en's vocab_size
+
+
+def prepare(workdir: Path) -> None:
+    """The MarianMT folder, our imported checkpoint and its CTranslate2 export."""
+    import io
+
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    from scripts.bench.decode import TEST_SPLIT  # noqa: F401  (the benchmark's test split)
+    from seq2seq.export import export
+    from seq2seq.hf_import import import_marian
+
+    folder = workdir / "opus-mt-de-en"
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["</s>", "<unk>"]
+    for side, lang in (("source", "de"), ("target", "en")):
+        writer = io.BytesIO()
+        spm.SentencePieceTrainer.train(input=str(ROOT / "data" / "multi30k" / f"train.{lang}.gz"),
+                                       model_writer=writer, vocab_size=8000, minloglevel=2)
+        (folder / f"{side}.spm").write_bytes(writer.getvalue())
+        sp = spm.SentencePieceProcessor(model_proto=writer.getvalue())
+        vocab += [p for p in (sp.id_to_piece(i) for i in range(3, sp.get_piece_size()))
+                  if p not in vocab]
+    vocab += [f"<fill{i}>" for i in range(OPUS_VOCAB - 1 - len(vocab))] + ["<pad>"]
+    (folder / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocab)}))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"source_lang": "de", "target_lang": "en", "separate_vocabs": False}))
+    pad = len(vocab) - 1
+    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=512,
+                          encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                          decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                          activation_function="swish", max_position_embeddings=512,
+                          scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad,
+                          eos_token_id=0, forced_eos_token_id=0, bos_token_id=0)
+    torch.manual_seed(0)
+    MarianMTModel(config).save_pretrained(folder)
+    import_marian(folder, workdir / "opus.ckpt", overwrite=True)
+    export(workdir / "opus.ckpt", "ctranslate2", workdir / "ct2", overwrite=True)
+
+
+def run(workdir: Path, engine: str, beam: int, sentences: int, threads: int, repeats: int) -> dict:
+    """Time one engine in this process; the row (with its outputs) as a dict."""
+    import torch
+
+    from scripts.bench.decode import TEST_SPLIT, decode_row, make_batches, source_ids
+    from seq2seq.checkpoint import build_model, load_checkpoint
+    from seq2seq.data.tokenizer import TokenizerPair
+    from seq2seq.export.common import vocabularies
+
+    torch.set_num_threads(threads)
+    ckpt = load_checkpoint(workdir / "opus.ckpt")
+    model = build_model(ckpt)
+    with __import__("gzip").open(ROOT / "data" / "multi30k" / f"{TEST_SPLIT}.de.gz", "rt") as f:
+        texts = [line.strip() for line in f][:sentences]
+    src_vocab, tgt_vocab = vocabularies(model, ckpt)
+    ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
+    batches = make_batches(ids, 2000, model.arch, src_vocab)
+    row = decode_row(engine, "greedy" if beam == 1 else f"beam {beam}",
+                     _engine(engine, workdir, model, tgt_vocab, beam, threads), batches, repeats)
+    order = [i for b in batches for i in b.index]  # back to input order
+    hyps = [None] * len(order)
+    for i, h in zip(order, row.pop("hyps")):
+        hyps[i] = h
+    return {**row, "hyps": hyps}
+
+
+def _engine(name: str, workdir: Path, model, tgt_vocab, beam: int, threads: int):
+    from scripts.bench.decode import ct2_engine, hf_engine, ours_engine
+
+    if name == "ours":
+        return ours_engine(model, beam)
+    if name == "hf":
+        from transformers import MarianMTModel
+
+        marian = MarianMTModel.from_pretrained(workdir / "opus-mt-de-en").eval()
+        return hf_engine(marian, model.arch, beam)
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(workdir / "ct2"), device="cpu",
+                                        intra_threads=threads, inter_threads=1)
+    return ct2_engine(translator, tgt_vocab, model.arch, beam)
+
+
+def compare(args) -> None:
+    """Every engine x search in its own process, then the table."""
+    print(f"load average before: {os.getloadavg()[0]:.2f} (timings need a quiet machine)")
+    for beam in (1, args.beam):
+        rows = {}
+        for engine in ENGINES:
+            out = subprocess.run(
+                [sys.executable, __file__, "run", "--workdir", str(args.workdir), "--engine", engine,
+                 "--beam", str(beam), "--sentences", str(args.sentences), "--threads",
+                 str(args.threads), "--repeats", str(args.repeats)],
+                capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            rows[engine] = json.loads(out.stdout.strip().splitlines()[-1])
+        ours = rows["ours"]
+        for engine, row in rows.items():
+            agree = 100.0 * sum(a == b for a, b in zip(row["hyps"], ours["hyps"])) / len(ours["hyps"])
+            print(f"{row['search']:8} {engine:5} {row['sent_per_s']:9.2f} sent/s  "
+                  f"ours/this {ours['sent_per_s'] / row['sent_per_s']:5.2f}  "
+                  f"same output as ours {agree:5.1f}%  peak RSS {row['rss_peak_mb'] or 0:.0f} MB")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", nargs="?", default="compare", choices=["prepare", "compare", "run"])
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/opus-mt-speed"))
+    ap.add_argument("--engine", choices=ENGINES, default="ours")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--sentences", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.command == "prepare" or (args.command == "compare" and not (args.workdir / "ct2").exists()):
+        prepare(args.workdir)
+    if args.command == "run":
+        print(json.dumps(run(args.workdir, args.engine, args.beam, args.sentences, args.threads,
+                             args.repeats)))
+    elif args.command == "compare":
+        compare(args)
+
+
+if __name__ == "__main__":
+    main()
