@@ -17,10 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from seq2seq.runtime import prepare_openmp as _prepare_openmp
-
-_prepare_openmp()  # before anything imports torch: OpenMP reads its wait policy once
-
 __version__ = "0.1.0"
 
 # name -> the module that is its one home

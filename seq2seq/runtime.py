@@ -1,19 +1,21 @@
 """Threads on a shared machine: how many intra-op threads this process can use, re-checked
-while it runs, and OpenMP threads that sleep rather than spin while they wait.
+while it runs.
 
 Why: torch's OpenMP runtime (GNU libgomp) keeps waiting threads spinning for ~300,000
 iterations between parallel regions. Two such threads on two cores beside one busy process
-spin against it (translation beside one busy core ran at 0.35x of alone; a training run
-used 2,403 CPU seconds for 840 seconds of work). So:
+spin against it (translation beside one busy core ran at 0.37x of alone, beside two at
+0.05x; a training run used 2,403 CPU seconds for 840 seconds of work). One thread never
+waits for another, so:
 
-- :func:`prepare_openmp` (run when ``seq2seq`` is imported, before torch) asks OpenMP to
-  wait passively, unless the user chose a wait policy or spin count;
 - :func:`choose_threads` takes the cores this process may run on (affinity, cgroup quota)
   minus the cores other processes keep busy right now;
 - :class:`ThreadGovernor` re-checks that every few seconds in long jobs (a training run,
   a large file) and moves the thread count with the machine.
 
 ``SEQ2SEQ_THREADS=N`` (or ``OMP_NUM_THREADS=N``) fixes the count and turns all of this off.
+OpenMP's wait policy is left as torch has it: passive waiting (``OMP_WAIT_POLICY=PASSIVE``)
+made quiet decoding 17% (greedy) and 6% (beam 5) slower, and the one thread this module
+chooses beside busy cores has nothing to wait for.
 """
 
 from __future__ import annotations
@@ -30,15 +32,6 @@ ENV_THREADS = "SEQ2SEQ_THREADS"
 BUSY_CORE = 0.5
 SAMPLE_SECONDS = 0.1  # the start-up look at the machine
 RECHECK_SECONDS = 5.0  # the governor's look while a job runs
-
-
-def prepare_openmp() -> None:
-    """Passive OpenMP waiting, set before torch loads libgomp (it reads the environment
-    once, at load). A wait policy or spin count the user set is kept."""
-    if "torch" in sys.modules:  # too late: the runtime has read its settings
-        return
-    if not any(k in os.environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def usable_cores() -> int:

@@ -2,7 +2,7 @@
 (updates/s) alone, beside one busy core and beside two, under two thread policies:
 
 - "seq2seq": what the commands do (``seq2seq.runtime``: threads from the cores other work
-  leaves free, re-checked between batches; OpenMP waits passively);
+  leaves free, re-checked between batches);
 - "fixed, spinning": every core as threads and libgomp's default spinning wait
   (``SEQ2SEQ_THREADS`` = cores, ``GOMP_SPINCOUNT=300000``), what torch does by default.
 
