@@ -75,7 +75,7 @@ def run(workdir: Path, engine: str, beam: int, sentences: int, threads: int, rep
     """Time one engine in this process; the row (with its outputs) as a dict."""
     import torch
 
-    from scripts.bench.decode import TEST_SPLIT, decode_row, make_batches, source_ids
+    from scripts.bench.decode import TEST_SPLIT, make_batches, source_ids
     from seq2seq.checkpoint import build_model, load_checkpoint
     from seq2seq.data.tokenizer import TokenizerPair
     from seq2seq.export.common import vocabularies
@@ -88,17 +88,23 @@ def run(workdir: Path, engine: str, beam: int, sentences: int, threads: int, rep
     src_vocab, tgt_vocab = vocabularies(model, ckpt)
     ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
     batches = make_batches(ids, 2000, model.arch, src_vocab)
-    row = decode_row(engine, "greedy" if beam == 1 else f"beam {beam}",
-                     _engine(engine, workdir, model, tgt_vocab, beam, threads), batches, repeats)
+    from scripts.bench.timing import measure
+
+    run = _engine(engine, workdir, model, tgt_vocab, beam, threads)
+    m = measure(lambda: run(batches), repeats, warmup=lambda: run(batches[:1]), engine=engine)
+    row = {"engine": engine, "search": "greedy" if beam == 1 else f"beam {beam}",
+           "seconds": m.seconds, "times": m.times, "sent_per_s": len(m.result) / m.seconds,
+           "rss_peak_mb": m.rss_peak_mb}
     order = [i for b in batches for i in b.index]  # back to input order
     hyps = [None] * len(order)
-    for i, h in zip(order, row.pop("hyps")):
+    for i, h in zip(order, m.result):
         hyps[i] = h
     return {**row, "hyps": hyps}
 
 
 def _engine(name: str, workdir: Path, model, tgt_vocab, beam: int, threads: int):
-    from scripts.bench.decode import ct2_engine, hf_engine, ours_engine
+    from scripts.bench.decode import NO_REPEAT_NGRAM, hf_engine, ours_engine
+    from scripts.bench.isolate import ct2_engine
 
     if name == "ours":
         return ours_engine(model, beam)
@@ -111,7 +117,8 @@ def _engine(name: str, workdir: Path, model, tgt_vocab, beam: int, threads: int)
 
     translator = ctranslate2.Translator(str(workdir / "ct2"), device="cpu",
                                         intra_threads=threads, inter_threads=1)
-    return ct2_engine(translator, tgt_vocab, model.arch, beam)
+    never = [tgt_vocab[model.arch.pad_id], tgt_vocab[model.arch.bos_id]]  # ours never outputs them
+    return ct2_engine(translator, tgt_vocab, never, beam, NO_REPEAT_NGRAM)
 
 
 def compare(args) -> None:

@@ -32,6 +32,7 @@ from torch import Tensor
 from seq2seq.model.cache import DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, MultiHeadAttention
 from seq2seq.model.norms import Residual
+from seq2seq.profiling import phase
 
 
 def supported(model, cache: DecoderCache, L: int, want_weights: bool) -> bool:
@@ -80,11 +81,14 @@ def cross_attention(attn: MultiHeadAttention, h: Tensor, layout: tuple[Tensor, T
 
 def layer_step(layer: DecoderLayer, x: Tensor, cache: DecoderCache, index: int) -> Tensor:
     layout = cache.cross_layout()[index]
-    M = cache.cross_kv[index][0].shape[0]
-    x = sublayer(layer.self_block, x, lambda h: self_attention(layer.self_attn, h, cache, index))
-    x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
-    ff = layer.ff
-    return sublayer(layer.ff_block, x, lambda h: ff.w2(ff.act(ff.w1(h))))
+    M, ff = cache.cross_kv[index][0].shape[0], layer.ff
+    with phase("seq2seq.decoder.self_attn"):  # the profiler's labels, free when off
+        x = sublayer(layer.self_block, x,
+                     lambda h: self_attention(layer.self_attn, h, cache, index))
+    with phase("seq2seq.decoder.cross_attn"):
+        x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
+    with phase("seq2seq.decoder.ffn"):
+        return sublayer(layer.ff_block, x, lambda h: ff.w2(ff.act(ff.w1(h))))
 
 
 def decoder_step(model, tokens: Tensor, cache: DecoderCache) -> Tensor:
