@@ -107,13 +107,13 @@ def test_generate_defaults_run_to_our_length_cap(norm_position, arch, hf, tokeni
 
 def test_generation_config_beam_settings(hf):
     model = tiny(norm_position="pre")
-    beam = DecodingConfig(method="beam", beam_size=4, stopping="exact", length_penalty="none")
+    beam = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=4, stopping="exact", length_penalty="none")
     config = to_hf_pegasus(model, beam).generation_config
     assert (config.num_beams, config.early_stopping, config.length_penalty) == (4, "never", 0.0)
     default = to_hf_pegasus(model).generation_config  # our beam search, as DecodingConfig sets it
     assert (default.num_beams, default.early_stopping, default.length_penalty) == (5, False, 1.0)
     with pytest.raises(ValueError, match=r"DecodingConfig\.length_penalty='gnmt'"):
-        to_hf_pegasus(model, DecodingConfig(length_penalty="gnmt"))
+        to_hf_pegasus(model, DecodingConfig(no_repeat_ngram_size=0, length_penalty="gnmt"))
 
 
 def test_cli_to_hf_picks_the_architecture(hf, tokenizers, tmp_path, capsys):  # noqa: F811
@@ -191,7 +191,7 @@ def test_shipped_greedy_identical_on_test_set(shipped):
     only by the cap, must continue ours."""
     model, path, _, theirs, tok = shipped
     texts = test_sentences(path)
-    decoding = DecodingConfig()
+    decoding = DecodingConfig(no_repeat_ngram_size=0)
     hyps, ours = [], []
     for s in range(0, len(texts), 100):
         enc = hf_encode(tok, texts[s : s + 100])
@@ -221,7 +221,7 @@ def test_shipped_beam_identical_under_hf_stopping(shipped):
     model, path, folder, theirs, tok = shipped
     texts = test_sentences(path)[:BEAM_SENTENCES]
     n = 100
-    decoding = DecodingConfig(method="beam", beam_size=5, stopping="heuristic",
+    decoding = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=5, stopping="heuristic",
                               length_penalty="average", max_len_a=0.0, max_len_b=n)
     for s in range(0, len(texts), 50):
         enc = hf_encode(tok, texts[s : s + 50])
@@ -244,6 +244,6 @@ def test_pipeline_translation_on_exported_folder(hf, shipped):
     texts = test_sentences(path)[:20]
     theirs = [r["translation_text"] for r in translate(texts)]
     # HF's length limit is one per call, not our 1.2 * |src| + 10: ours gets a loose one too
-    beam = DecodingConfig(method="beam", beam_size=4, stopping="heuristic",
+    beam = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=4, stopping="heuristic",
                           length_penalty="average", max_len_a=0.0, max_len_b=200)
     assert theirs == Translator.from_checkpoint(path, beam).translate(texts)

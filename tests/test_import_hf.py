@@ -138,7 +138,7 @@ def test_greedy_identical_to_hf_generate(opus):
     with torch.no_grad():
         out = marian.generate(**enc, num_beams=1, max_new_tokens=n + 1)
     theirs = strip(out.tolist(), model.arch.eos_id)
-    decoding = DecodingConfig(max_len_a=0.0, max_len_b=n)
+    decoding = DecodingConfig(no_repeat_ngram_size=0, max_len_a=0.0, max_len_b=n)
     ours = [h[0].tokens for h in search(model, enc.input_ids, decoding).hypotheses]
     assert ours == theirs
     assert len({len(o) for o in ours}) > 5 and len({tuple(o) for o in ours}) > 30  # varied
@@ -150,7 +150,7 @@ def test_beam_identical_to_hf_generate(opus):
     EOS as log-prob 0 and we score its true log-prob: only there may they differ."""
     _, marian, tok, _, model = opus
     n, agree, ended = 40, 0, 0
-    decoding = DecodingConfig(method="beam", beam_size=4, stopping="heuristic",
+    decoding = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=4, stopping="heuristic",
                               length_penalty="average", max_len_a=0.0, max_len_b=n)
     texts = sentences()
     for s in range(0, len(texts), 50):
@@ -193,9 +193,10 @@ def test_translate_and_evaluate_cli_on_imported(opus, tmp_path):
 
     folder, marian, tok, ckpt, model = opus
     texts = sentences(5)
-    code, out, err = run_main(translate_main, ["-m", str(ckpt)], "\n".join(texts).encode())
-    assert code == 0, err
-    translator = Translator.from_checkpoint(ckpt)
+    code, out, err = run_main(translate_main, ["-m", str(ckpt), "--no-repeat-ngram-size", "0"],
+                              "\n".join(texts).encode())
+    assert code == 0, err  # HF generate below has no repetition rule: neither may ours
+    translator = Translator.from_checkpoint(ckpt, decoding=DecodingConfig(no_repeat_ngram_size=0))
     ours = translator.translate(texts)
     assert out.splitlines() == ours
     explored = translator.translate_full(texts[:1], need_attention=True)[0]  # the explorer's call
@@ -212,7 +213,8 @@ def test_translate_and_evaluate_cli_on_imported(opus, tmp_path):
     src, ref = tmp_path / "src.de", tmp_path / "ref.en"
     src.write_text("\n".join(sentences(20)) + "\n", encoding="utf-8")
     ref.write_text("\n".join(multi30k_lines("en", 20, "test_2016_flickr")) + "\n", encoding="utf-8")
-    code, out, err = run_main(evaluate_main, ["-m", str(ckpt), "--src-file", str(src),
+    code, out, err = run_main(evaluate_main, ["-m", str(ckpt), "--no-repeat-ngram-size", "0",
+                                              "--src-file", str(src),
                                               "--ref-file", str(ref), "--json", str(tmp_path / "r.json"), "--quiet"])
     assert code == 0, err
     record = json.loads((tmp_path / "r.json").read_text())[0]
@@ -241,7 +243,7 @@ def test_ctranslate2_export_of_imported_equals_ours(opus, tmp_path):
     from seq2seq.data.batch import collate_src
 
     src = collate_src(pair.src.encode(texts), pad, model.arch.eos_id)
-    decoding = DecodingConfig(max_len_a=0.0, max_len_b=30)
+    decoding = DecodingConfig(no_repeat_ngram_size=0, max_len_a=0.0, max_len_b=30)
     ours = [h[0].tokens for h in search(model, src, decoding).hypotheses]
     assert sum(a == b for a, b in zip(theirs, ours)) >= 0.95 * len(texts)
 
