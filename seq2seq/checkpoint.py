@@ -39,6 +39,7 @@ import torch
 
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.directions import DirectionError, Directions, directions_of
 from seq2seq.files import kind_of
 from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
@@ -104,22 +105,29 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
-def metadata(cfg: ModelConfig, tokenizers, src_lang: str, tgt_lang: str) -> dict[str, Any]:
+def metadata(cfg: ModelConfig, tokenizers, src_lang: str | None, tgt_lang: str | None,
+             directions: Directions | None = None) -> dict[str, Any]:
     """The ``"seq2seq"`` entry: everything inference needs besides the weights
-    (:func:`seal` adds the checksum once the weights are in)."""
-    return {
+    (:func:`seal` adds the checksum once the weights are in). A multilingual model has
+    ``directions`` (``src_lang``/``tgt_lang`` then ``None``)."""
+    meta = {
         "format": FORMAT,
         "model_config": to_dict(cfg),
         "tokenizers": tokenizers.to_state(),
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
     }
+    if directions is not None:
+        meta["directions"] = directions.to_state()
+    return meta
 
 
-def save_model(path, model: Seq2Seq, tokenizers, src_lang: str, tgt_lang: str) -> None:
+def save_model(path, model: Seq2Seq, tokenizers, src_lang: str | None, tgt_lang: str | None,
+               directions: Directions | None = None) -> None:
     """An inference checkpoint of ``model`` (no training state), written atomically."""
     state = {PREFIX + k: v for k, v in model.state_dict().items()}
-    ckpt = {"seq2seq": metadata(model.arch, tokenizers, src_lang, tgt_lang), "state_dict": state}
+    ckpt = {"seq2seq": metadata(model.arch, tokenizers, src_lang, tgt_lang, directions),
+            "state_dict": state}
     save_atomic(seal(ckpt), path)
 
 
@@ -129,6 +137,8 @@ def checksum(ckpt: dict[str, Any]) -> str:
     languages and every model weight (name, dtype, shape, bytes)."""
     meta = ckpt["seq2seq"]
     head = {key: meta.get(key) for key in ("model_config", "src_lang", "tgt_lang")}
+    if meta.get("directions") is not None:  # absent in single-direction files: their sums hold
+        head["directions"] = meta["directions"]
     head["tokenizers"] = {side: meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")}
     h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
     state = ckpt["state_dict"]
@@ -216,6 +226,10 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
     for side in ("src_lang", "tgt_lang"):
         if not isinstance(meta.get(side), (str, type(None))):
             raise CheckpointError(f"{where}: '{side}' must be a language code, got {meta[side]!r}")
+    try:
+        directions_of(meta, where)
+    except DirectionError as e:
+        raise CheckpointError(str(e)) from None
     state = ckpt.get("state_dict")
     if not isinstance(state, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):

@@ -41,15 +41,30 @@ def multi30k_lines(lang: str, n: int, split: str = "train") -> list[str]:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
 
 
-def tiny_tokenizers(vocab: int = 100, langs: tuple[str, ...] = ("de", "en"), n: int = 200):
+def tiny_tokenizers(vocab: int = 100, langs: tuple[str, ...] = ("de", "en"), n: int = 200,
+                    reserved: tuple[str, ...] = ()):
     """One joint SentencePiece model (as a ``TokenizerPair``) of ``vocab`` pieces, trained on
-    the first ``n`` Multi30k training lines of each of ``langs``."""
+    the first ``n`` Multi30k training lines of each of ``langs`` (``reserved``: tag pieces)."""
     from seq2seq.config import TokenizerConfig
     from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 
     texts = [line for lang in langs for line in multi30k_lines(lang, n)]
-    tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=vocab, num_threads=1))
+    tok = Tokenizer.train(texts, TokenizerConfig(vocab_size=vocab, num_threads=1), reserved)
     return TokenizerPair(tok, tok)
+
+
+def save_multilingual_checkpoint(path: Path, spec: str = "all:en,de,fr",
+                                 tag_position: str = "source", seed: int = 0) -> Path:
+    """A checkpoint of :func:`tiny_random_model` that translates the directions of ``spec``,
+    with a joint tokenizer reserving their target-language tags."""
+    from seq2seq.directions import Directions, parse_pairs
+
+    directions = Directions(parse_pairs(spec), tag_position)
+    tokenizers = tiny_tokenizers(120, directions.languages, reserved=directions.tags)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(path, tiny_random_model(tokenizers.src.vocab_size, seed), tokenizers, None, None,
+               directions)
+    return path
 
 
 def run_main(main, argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:

@@ -117,10 +117,12 @@ class Ragged:
 
 
 def _pad(
-    seqs: Sequence[Sequence[int]] | Ragged, pad_id: int, prefix: int | None, suffix: int | None
+    seqs: Sequence[Sequence[int]] | Ragged, pad_id: int, prefix: int | np.ndarray | None,
+    suffix: int | None
 ) -> Tensor:
     """(B, max len + specials) long tensor, right-padded; ragged input is placed in one
-    vectorized assignment instead of row by row."""
+    vectorized assignment instead of row by row. ``prefix``: one id for every row, or one
+    per row ``(B,)`` (a language tag)."""
     if not isinstance(seqs, Ragged):
         lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
         seqs = Ragged(np.fromiter(itertools.chain.from_iterable(seqs), np.int64, int(lengths.sum())), lengths)
@@ -137,9 +139,9 @@ def _pad(
     return torch.from_numpy(out)
 
 
-def collate_tgt_in(tgt_ids: Sequence[Sequence[int]], pad_id: int, bos_id: int) -> Tensor:
+def collate_tgt_in(tgt_ids: Sequence[Sequence[int]], pad_id: int, bos_id: int | np.ndarray) -> Tensor:
     """Decoder input (B, L) = [bos] + y, right-padded (training, and teacher-forced
-    attention of finished outputs)."""
+    attention of finished outputs). ``bos_id (B,)``: a start per row (decoder-side tags)."""
     return _pad(tgt_ids, pad_id, bos_id, None)
 
 
@@ -148,9 +150,11 @@ def decoder_start(batch_size: int, bos_id: int, device: torch.device | str | Non
     return torch.full((batch_size,), bos_id, dtype=torch.long, device=device)
 
 
-def collate_src(src_ids: Sequence[Sequence[int]], pad_id: int, eos_id: int) -> Tensor:
-    """Source tensor (B, S) = x + [eos], right-padded. Use it at inference time too."""
-    return _pad(src_ids, pad_id, None, eos_id)
+def collate_src(src_ids: Sequence[Sequence[int]], pad_id: int, eos_id: int,
+                tags: np.ndarray | None = None) -> Tensor:
+    """Source tensor (B, S) = x + [eos], right-padded, or [tag] + x + [eos] with one tag
+    id per row ``tags (B,)`` (source-side language tags). Use it at inference time too."""
+    return _pad(src_ids, pad_id, tags, eos_id)
 
 
 def collate(

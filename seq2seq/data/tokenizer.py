@@ -30,12 +30,16 @@ class Tokenizer:
 
     # -- training / serialization ---------------------------------------------------------
     @classmethod
-    def train(cls, texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
+    def train(cls, texts: Iterable[str], cfg: TokenizerConfig,
+              reserved: Sequence[str] = ()) -> Tokenizer:
         """Train on ``texts`` (a list or a one-shot iterator); deterministic for a given input.
 
         No temp files: sentences stream in, the model streams out to memory. Sampling
         (only when the input exceeds ``cfg.input_sentence_size``) uses ``cfg.seed``.
+        ``reserved`` pieces (language tags ``<2de>``) get ids after the specials as control
+        symbols: text never encodes to them and they decode to nothing.
         """
+        extra = {"control_symbols": list(reserved)} if reserved else {}
         spm.set_random_generator_seed(cfg.seed)
         writer = io.BytesIO()
         try:
@@ -55,6 +59,7 @@ class Tokenizer:
                 bos_id=BOS_ID,
                 eos_id=EOS_ID,
                 minloglevel=2,  # errors only: the trainer is very chatty
+                **extra,
             )
         except RuntimeError as e:  # e.g. a vocab_size too small or too large for the text
             reason = str(e).split("] ", 1)[-1].strip()
@@ -109,6 +114,13 @@ class Tokenizer:
     @property
     def eos_id(self) -> int:
         return self._sp.eos_id()
+
+    def piece_id(self, piece: str) -> int:
+        """The id of a reserved piece (a language tag); ``KeyError`` when the model lacks it."""
+        i = self._sp.piece_to_id(piece)
+        if self._sp.id_to_piece(i) != piece:
+            raise KeyError(piece)
+        return i
 
     # -- text <-> ids ---------------------------------------------------------------------
     def encode(self, texts: Sequence[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:

@@ -236,18 +236,19 @@ def _drop_done(rows: DecoderRows, beams: _Beams, parents: Tensor, done: Tensor) 
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: bool = True,
-                force_length: int | None = None, on_step=None,
-                stop_early: bool = True) -> tuple[list[list[Hypothesis]], Tensor]:
+                force_length: int | None = None, on_step=None, stop_early: bool = True,
+                first: Tensor | None = None) -> tuple[list[list[Hypothesis]], Tensor]:
     """Beam search of ``src (B, S)`` with ``decoding.beam_size`` beams; returns per sentence
     its ``decoding.nbest`` hypotheses best first, and the 1-best ids ``(B, T)``.
     ``stop_early=False`` runs every sentence to max length: the reference that shows the
-    :func:`finish_bound` stop is exact."""
+    :func:`finish_bound` stop is exact. ``first (B,)``: each sentence's first decoder input
+    instead of BOS."""
     K, arch = decoding.beam_size, model.arch
     n = pool_size(decoding)
     B, device, eos = src.shape[0], src.device, arch.eos_id
     max_len_all = max_lengths(src, decoding, arch.pad_id, arch.max_positions)
     T = steps_for(model, max_len_all, force_length)
-    rows, first = start(model, src, use_cache, T, beam_size=K)
+    rows, first = start(model, src, use_cache, T, beam_size=K, first=first)
     pool = FinishedPool.empty(B, n, T, arch.pad_id, device)
     scores = torch.full((B, K), NEG_INF, device=device)
     scores[:, 0] = 0.0

@@ -43,13 +43,15 @@ Chooser = Callable[[Tensor], Tensor]  # step log-probs (R, V) -> chosen ids (R,)
 
 
 def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: Chooser, *,
-                 use_cache: bool, force_length: int | None, on_step: StepHook | None):
+                 use_cache: bool, force_length: int | None, on_step: StepHook | None,
+                 first: Tensor | None = None):
     """One hypothesis per row of ``src (B, S)``: returns ids ``(B, T)`` (EOS then pad), total
-    log-probs ``(B,)`` and lengths ``(B,)`` counting EOS."""
+    log-probs ``(B,)`` and lengths ``(B,)`` counting EOS. ``first (B,)``: each row's first
+    decoder input instead of BOS (a decoder-side language tag)."""
     B, device, arch = src.shape[0], src.device, model.arch
     max_len = max_lengths(src, decoding, arch.pad_id, arch.max_positions)  # (B,)
     T = steps_for(model, max_len, force_length)
-    state, last = start(model, src, use_cache, T)
+    state, last = start(model, src, use_cache, T, first=first)
     out = torch.full((B, T), arch.pad_id, dtype=torch.long, device=device)
     scores = torch.zeros(B, device=device)
     lengths = torch.full((B,), T, dtype=torch.long, device=device)
@@ -80,16 +82,16 @@ def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: 
 @torch.inference_mode()
 def greedy(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: bool = True,
            force_length: int | None = None, need_attention: bool = False,
-           on_step: StepHook | None = None) -> SearchResult:
+           on_step: StepHook | None = None, first: Tensor | None = None) -> SearchResult:
     """Arg-max decoding of ``src (B, S)``; one hypothesis per sentence."""
     src = src.to(_device(model))
     out, scores, lengths = _single_path(
         model, src, decoding, lambda lp: lp.argmax(-1),
-        use_cache=use_cache, force_length=force_length, on_step=on_step,
+        use_cache=use_cache, force_length=force_length, on_step=on_step, first=first,
     )
     norm = scores / length_penalty(lengths.to(scores.dtype), decoding)
     hyps = [[h] for h in to_hypotheses(out, scores, norm, model.arch.eos_id)]
-    return _result(model, src, hyps, out, need_attention)
+    return _result(model, src, hyps, out, need_attention, first)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -110,7 +112,8 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
 @torch.inference_mode()
 def sample(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: bool = True,
            force_length: int | None = None, need_attention: bool = False,
-           on_step: StepHook | None = None, generator: torch.Generator | None = None) -> SearchResult:
+           on_step: StepHook | None = None, generator: torch.Generator | None = None,
+           first: Tensor | None = None) -> SearchResult:
     """Ancestral sampling with temperature, top-k and top-p; ``decoding.nbest`` samples per
     sentence, best first. Scores are the model's log-probs (temperature 1, unfiltered), so
     they compare with greedy's. Seeded by ``generator``, else ``decoding.seed``, else torch's
@@ -127,6 +130,7 @@ def sample(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: 
     out, scores, lengths = _single_path(
         model, src.repeat_interleave(n, dim=0), decoding, choose,
         use_cache=use_cache, force_length=force_length, on_step=on_step,
+        first=None if first is None else first.repeat_interleave(n),
     )
     # Rank each sentence's n samples by normalized score: (B, n) -> sorted row indices.
     norm = (scores / length_penalty(lengths.to(scores.dtype), decoding)).view(-1, n)
@@ -134,17 +138,19 @@ def sample(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: 
     order = (norm.argsort(dim=1, descending=True) + first).view(-1)
     flat = to_hypotheses(out[order], scores[order], norm.view(-1)[order], model.arch.eos_id)
     hyps = [flat[i : i + n] for i in range(0, len(flat), n)]
-    return _result(model, src, hyps, out[order[::n]], need_attention)
+    return _result(model, src, hyps, out[order[::n]], need_attention, first)
 
 
 def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: bool = True,
                 force_length: int | None = None, need_attention: bool = False,
-                on_step: StepHook | None = None, stop_early: bool = True) -> SearchResult:
+                on_step: StepHook | None = None, stop_early: bool = True,
+                first: Tensor | None = None) -> SearchResult:
     """Beam search (``seq2seq.decoding.beam``); ``decoding.nbest`` hypotheses per sentence."""
     src = src.to(_device(model))
     hyps, out = _beam_search(model, src, decoding, use_cache=use_cache,
-                             force_length=force_length, on_step=on_step, stop_early=stop_early)
-    return _result(model, src, hyps, out, need_attention)
+                             force_length=force_length, on_step=on_step, stop_early=stop_early,
+                             first=first)
+    return _result(model, src, hyps, out, need_attention, first)
 
 
 def search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, **kwargs) -> SearchResult:
@@ -160,16 +166,19 @@ def _device(model: Seq2Seq) -> torch.device:
 
 
 def _result(model: Seq2Seq, src: Tensor, hyps: list[list[Hypothesis]], out: Tensor,
-            need_attention: bool) -> SearchResult:
-    attn = best_attentions(model, src, [h[0].tokens for h in hyps]) if need_attention else None
+            need_attention: bool, first: Tensor | None = None) -> SearchResult:
+    attn = best_attentions(model, src, [h[0].tokens for h in hyps], first) if need_attention else None
     return SearchResult(hyps, out, attn)
 
 
-def best_attentions(model: Seq2Seq, src: Tensor, tokens: list[list[int]]) -> list[Attentions]:
+def best_attentions(model: Seq2Seq, src: Tensor, tokens: list[list[int]],
+                    first: Tensor | None = None) -> list[Attentions]:
     """Exact attention weights of the given outputs: one teacher-forced pass over
-    ``bos + tokens`` (batched, then cut per sentence to its own lengths)."""
+    ``bos + tokens`` (or ``first (B,)`` + tokens; batched, then cut per sentence to its own
+    lengths)."""
     arch = model.arch
-    tgt_in = collate_tgt_in(tokens, arch.pad_id, arch.bos_id).to(src.device)  # (B, T)
+    start = arch.bos_id if first is None else first.cpu().numpy()
+    tgt_in = collate_tgt_in(tokens, arch.pad_id, start).to(src.device)  # (B, T)
     weights = model.attentions(src, tgt_in)
     src_len = (src != arch.pad_id).sum(1).tolist()
     out = []

@@ -87,10 +87,11 @@ class DecoderRows:
                 self.memory_mask = self.memory_mask.index_select(0, rows)
 
 
-def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int,
-          beam_size: int = 1) -> tuple[DecoderRows, Tensor]:
+def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int, beam_size: int = 1,
+          first: Tensor | None = None) -> tuple[DecoderRows, Tensor]:
     """Encode ``src (B, S)`` once; each sentence gets ``beam_size`` consecutive decoder rows.
-    Returns the rows and their first input, BOS ``(B * beam_size,)``."""
+    Returns the rows and their first input ``(B * beam_size,)``: BOS, or each sentence's
+    ``first (B,)`` (a multilingual model's target-language tag in the decoder)."""
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)
@@ -101,6 +102,8 @@ def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int,
     state = DecoderRows(model, memory, src_mask, use_cache, min(steps, 16), group)
     if beam_size > group:
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
+    if first is not None:
+        return state, first.to(src.device).repeat_interleave(beam_size)
     return state, decoder_start(src.shape[0] * beam_size, model.arch.bos_id, src.device)
 
 

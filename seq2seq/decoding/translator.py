@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 import seq2seq.runtime as runtime
@@ -29,6 +30,7 @@ from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
+from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.model import Attentions, Seq2Seq
 
 
@@ -59,15 +61,27 @@ def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
             )
 
 
+@dataclass(frozen=True)
+class _Tag:
+    """Where a multilingual model's target-language tag goes for one call."""
+
+    source: int | None = None  # first source token
+    decoder: int | None = None  # first decoder input, instead of BOS
+
+
 class Translator:
     """Wraps a model and its tokenizers. ``device=None`` leaves the model where it is
-    (validation during training passes the module's device)."""
+    (validation during training passes the module's device). A multilingual model
+    (``directions``) is told the output language by ``target_lang`` on each call."""
 
     def __init__(self, model: Seq2Seq, tokenizers: TokenizerPair, decoding: DecodingConfig | None = None,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None, directions: Directions | None = None,
+                 pair: tuple[str | None, str | None] = (None, None)):
         self.model = model if device is None else model.to(device)
         self.tokenizers = tokenizers
         self.decoding = decoding or DecodingConfig()
+        self.directions = directions
+        self.pair = pair  # a single-direction model's languages, where known
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
@@ -75,28 +89,56 @@ class Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
         bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
         ckpt = load_checkpoint(path)
-        tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
+        meta = ckpt["seq2seq"]
+        tokenizers = TokenizerPair.from_state(meta["tokenizers"])
         model = build_model(ckpt)
         for side, tok in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
             size = getattr(model.arch, f"{side}_vocab_size")
             if size != tok.vocab_size:
                 raise ValueError(f"checkpoint {path}: the model has {size} {side} ids but its "
                                  f"{side} tokenizer {tok.vocab_size}")
-        return cls(model, tokenizers, decoding, device)
+        return cls(model, tokenizers, decoding, device, directions_of(meta, f"checkpoint {path}"),
+                   (meta.get("src_lang"), meta.get("tgt_lang")))
+
+    @property
+    def direction_names(self) -> list[str]:
+        """``["en-de", ...]``: what this model translates (one pair, or none known)."""
+        if self.directions is not None:
+            return self.directions.names()
+        return [f"{self.pair[0]}-{self.pair[1]}"] if None not in self.pair else []
+
+    def tag_for(self, target_lang: str | None, source_lang: str | None = None) -> _Tag:
+        """The tag of the asked direction (``DirectionError`` naming the model's directions
+        when it has no such direction); a single-direction model takes no tag."""
+        if self.directions is None:
+            for asked, own, name in ((source_lang, self.pair[0], "from"), (target_lang, self.pair[1], "into")):
+                if asked is not None and own is not None and asked != own:
+                    raise DirectionError(f"this model translates {self.pair[0]}-{self.pair[1]}, "
+                                         f"not {name} {asked!r}")
+            return _Tag()
+        _, tgt = self.directions.resolve(source_lang, target_lang)
+        side = "src" if self.directions.tag_position == "source" else "tgt"
+        tag_id = getattr(self.tokenizers, side).piece_id(tag_piece(tgt))
+        return _Tag(source=tag_id) if side == "src" else _Tag(decoder=tag_id)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------ public API
-    def translate(self, texts: Sequence[str], progress: bool = False) -> list[str]:
-        return [r.hyp for r in self.translate_full(texts, progress=progress)]
+    def translate(self, texts: Sequence[str], progress: bool = False, *,
+                  target_lang: str | None = None, source_lang: str | None = None) -> list[str]:
+        return [r.hyp for r in self.translate_full(texts, progress=progress, target_lang=target_lang,
+                                                   source_lang=source_lang)]
 
     def translate_full(self, texts: Sequence[str], need_attention: bool = False,
-                       progress: bool = False) -> list[TranslationResult]:
-        """One result per text, in input order."""
+                       progress: bool = False, *, target_lang: str | None = None,
+                       source_lang: str | None = None) -> list[TranslationResult]:
+        """One result per text, in input order; ``target_lang`` (and optionally
+        ``source_lang``) choose a multilingual model's direction."""
         texts = list(texts)
-        ids = self._source_ids(texts)
+        tag = self.tag_for(target_lang, source_lang)
+        ids = self._source_ids(texts, tag)
         results = [TranslationResult(t, "", 0.0, 0.0, [("", 0.0)]) for t in texts]
         todo = [i for i, s in enumerate(ids) if s]
         if not todo:
@@ -108,18 +150,18 @@ class Translator:
                 generator = self._generator()
                 for batch in _progress(list(self._batches(todo, ids)), progress):
                     runtime.tick()  # follow the machine's load in a long file
-                    self._run(batch, texts, ids, results, need_attention, generator)
+                    self._run(batch, texts, ids, results, need_attention, generator, tag)
         finally:
             self.model.train(was_training)
         return results
 
     # ------------------------------------------------------------ steps
-    def _source_ids(self, texts: list[str]) -> list[list[int]]:
-        """Subword ids per text (``collate_src`` adds EOS); ``[]`` for blank text; sources
-        longer than the model's positions are truncated with a warning."""
+    def _source_ids(self, texts: list[str], tag: _Tag = _Tag()) -> list[list[int]]:
+        """Subword ids per text (``collate_src`` adds EOS and a source tag); ``[]`` for blank
+        text; sources longer than the model's positions are truncated with a warning."""
         full = [i for i, t in enumerate(texts) if t.strip()]
         encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
-        max_positions = self.model.arch.max_positions
+        max_positions = self.model.arch.max_positions - (tag.source is not None)
         ids = [truncate_source(encoded.get(i, []), max_positions) for i in range(len(texts))]
         limit = max_positions - 1
         cut = sum(len(toks) > limit for toks in encoded.values())
@@ -156,11 +198,13 @@ class Translator:
 
     def _run(self, batch: list[int], texts: list[str], ids: list[list[int]],
              results: list[TranslationResult], need_attention: bool,
-             generator: torch.Generator | None) -> None:
-        cfg = self.model.arch
-        src = collate_src([ids[i] for i in batch], cfg.pad_id, cfg.eos_id)  # (B, S): x + [eos]
+             generator: torch.Generator | None, tag: _Tag = _Tag()) -> None:
+        cfg, B = self.model.arch, len(batch)
+        tags = None if tag.source is None else np.full(B, tag.source)
+        src = collate_src([ids[i] for i in batch], cfg.pad_id, cfg.eos_id, tags)  # (B, S): [tag] x [eos]
+        first = None if tag.decoder is None else torch.full((B,), tag.decoder, device=self.device)
         out = search(self.model, src.to(self.device), self.decoding,
-                     need_attention=need_attention, generator=generator)
+                     need_attention=need_attention, generator=generator, first=first)
         tgt = self.tokenizers.tgt
         for row, i in enumerate(batch):
             hyps = out.hypotheses[row]
@@ -171,7 +215,7 @@ class Translator:
                                   confidence=confidence(best))
             if need_attention:
                 r.attention = out.attentions[row]
-                r.src_pieces = self.tokenizers.src.id_to_piece(ids[i]) + ["</s>"]
+                r.src_pieces = self.tokenizers.src.id_to_piece(src[row][src[row] != cfg.pad_id].tolist())
                 r.tgt_pieces = tgt.id_to_piece(best.tokens) + ["</s>"]
             results[i] = r
 
