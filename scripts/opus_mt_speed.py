@@ -7,10 +7,11 @@ on the same weights, each engine timed in its own fresh process.
 (6+6 layers, d_model 512, 8 heads, FFN 2048, swish, a 58,101-piece joint vocabulary: ~74M
 parameters) with random weights and SentencePiece models trained on Multi30k, imported
 with ``seq2seq-import`` and exported to CTranslate2. Then, per engine and search, a fresh
-``python scripts/opus_mt_speed.py run ...`` loads only its engine, decodes the first
-``--sentences`` lines of test_2016_flickr (the benchmark's batches and length limits:
+process (the benchmark's ``scripts/bench/isolate.py``) loads only its engine, decodes the
+first ``--sentences`` lines of test_2016_flickr (the benchmark's batches and length limits:
 ``scripts/bench/decode.py``) and reports sentences/s; the table gives each engine's
-ratio to ours and its agreement with our outputs. A random model never emits EOS, so
+ratio to ours and its agreement with our outputs. HF ``generate`` runs on the imported
+weights exported back to MarianMT (``seq2seq.export.to_hf``), i.e. the same weights. A random model never emits EOS, so
 every engine decodes each batch to its length limit: a like-for-like speed test.
 Timings mean something only on a quiet machine (the load average is printed).
 """
@@ -20,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ENGINES = ("ours", "hf", "ct2")
 OPUS_VOCAB = 58101  # Helsinki-NLP/opus-mt-de-en's vocab_size
 
 
@@ -71,82 +70,59 @@ def prepare(workdir: Path) -> None:
     export(workdir / "opus.ckpt", "ctranslate2", workdir / "ct2", overwrite=True)
 
 
-def run(workdir: Path, engine: str, beam: int, sentences: int, threads: int, repeats: int) -> dict:
-    """Time one engine in this process; the row (with its outputs) as a dict."""
-    import torch
+def row_specs(workdir: Path, model, tgt_vocab, beam: int) -> dict[str, dict]:
+    """What each engine's own process builds (``scripts.bench.isolate.build_engine``): our
+    search, HF ``generate`` on the same weights (``seq2seq.export.to_hf``: MarianMT) and
+    CTranslate2 fp32 on the export, with the benchmark's output rules."""
+    from scripts.bench.decode import NO_REPEAT_NGRAM
 
-    from scripts.bench.decode import TEST_SPLIT, make_batches, source_ids
+    ckpt = str(workdir / "opus.ckpt")
+    never = [tgt_vocab[model.arch.pad_id], tgt_vocab[model.arch.bos_id]]  # ours never outputs them
+    return {"ours": {"engine": "ours", "checkpoint": ckpt, "beam_size": beam},
+            "hf": {"engine": "hf", "checkpoint": ckpt, "beam_size": beam},
+            "ct2": {"engine": "ct2", "ct2_path": str(workdir / "ct2"), "compute_type": "float32",
+                    "tgt_vocab": list(tgt_vocab), "never": never, "beam_size": beam,
+                    "no_repeat_ngram": NO_REPEAT_NGRAM}}
+
+
+def compare(args) -> None:
+    """Every engine x search in its own fresh process (``scripts.bench.isolate.run_row``: a
+    CTranslate2 process never imports torch), then the table."""
+    from scripts.bench import isolate
+    from scripts.bench.decode import TEST_SPLIT, agreement, make_batches, source_ids
+    from scripts.bench.timing import OtherWork, cpu_model
     from seq2seq.checkpoint import build_model, load_checkpoint
     from seq2seq.data.tokenizer import TokenizerPair
     from seq2seq.export.common import vocabularies
 
-    torch.set_num_threads(threads)
-    ckpt = load_checkpoint(workdir / "opus.ckpt")
+    ckpt = load_checkpoint(args.workdir / "opus.ckpt")
     model = build_model(ckpt)
     with __import__("gzip").open(ROOT / "data" / "multi30k" / f"{TEST_SPLIT}.de.gz", "rt") as f:
-        texts = [line.strip() for line in f][:sentences]
+        texts = [line.strip() for line in f][: args.sentences]
     src_vocab, tgt_vocab = vocabularies(model, ckpt)
     ids = source_ids(texts, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"]), model.arch)
-    batches = make_batches(ids, 2000, model.arch, src_vocab)
-    from scripts.bench.timing import measure
-
-    run = _engine(engine, workdir, model, tgt_vocab, beam, threads)
-    m = measure(lambda: run(batches), repeats, warmup=lambda: run(batches[:1]), engine=engine)
-    row = {"engine": engine, "search": "greedy" if beam == 1 else f"beam {beam}",
-           "seconds": m.seconds, "times": m.times, "sent_per_s": len(m.result) / m.seconds,
-           "rss_peak_mb": m.rss_peak_mb}
-    order = [i for b in batches for i in b.index]  # back to input order
-    hyps = [None] * len(order)
-    for i, h in zip(order, m.result):
-        hyps[i] = h
-    return {**row, "hyps": hyps}
-
-
-def _engine(name: str, workdir: Path, model, tgt_vocab, beam: int, threads: int):
-    from scripts.bench.decode import NO_REPEAT_NGRAM, hf_engine, ours_engine
-    from scripts.bench.isolate import ct2_engine
-
-    if name == "ours":
-        return ours_engine(model, beam)
-    if name == "hf":
-        from transformers import MarianMTModel
-
-        marian = MarianMTModel.from_pretrained(workdir / "opus-mt-de-en").eval()
-        return hf_engine(marian, model.arch, beam)
-    import ctranslate2
-
-    translator = ctranslate2.Translator(str(workdir / "ct2"), device="cpu",
-                                        intra_threads=threads, inter_threads=1)
-    never = [tgt_vocab[model.arch.pad_id], tgt_vocab[model.arch.bos_id]]  # ours never outputs them
-    return ct2_engine(translator, tgt_vocab, never, beam, NO_REPEAT_NGRAM)
-
-
-def compare(args) -> None:
-    """Every engine x search in its own process, then the table."""
+    sweep = {2000: make_batches(ids, 2000, model.arch, src_vocab)}
+    print(f"CPU: {cpu_model()}; {args.threads} threads per engine; {len(ids)} sentences")
     print(f"load average before: {os.getloadavg()[0]:.2f} (timings need a quiet machine)")
+    other = OtherWork()
+    other.start()
     for beam in (1, args.beam):
-        rows = {}
-        for engine in ENGINES:
-            out = subprocess.run(
-                [sys.executable, __file__, "run", "--workdir", str(args.workdir), "--engine", engine,
-                 "--beam", str(beam), "--sentences", str(args.sentences), "--threads",
-                 str(args.threads), "--repeats", str(args.repeats)],
-                capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            rows[engine] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows = {name: isolate.run_row({**spec, "repeats": args.repeats}, sweep, args.threads)["best"]
+                for name, spec in row_specs(args.workdir, model, tgt_vocab, beam).items()}
         ours = rows["ours"]
         for engine, row in rows.items():
-            agree = 100.0 * sum(a == b for a, b in zip(row["hyps"], ours["hyps"])) / len(ours["hyps"])
-            print(f"{row['search']:8} {engine:5} {row['sent_per_s']:9.2f} sent/s  "
-                  f"ours/this {ours['sent_per_s'] / row['sent_per_s']:5.2f}  "
-                  f"same output as ours {agree:5.1f}%  peak RSS {row['rss_peak_mb'] or 0:.0f} MB")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+            print(f"{'greedy' if beam == 1 else f'beam {beam}':8} {engine:5} "
+                  f"{len(ids) / row['seconds']:9.2f} sent/s  "
+                  f"ours/this {row['seconds'] / ours['seconds']:5.2f}  "
+                  f"same output as ours {agreement(row['hyps'], ours['hyps']):5.1f}%  "
+                  f"peak RSS {row['rss_peak_mb'] or 0:.0f} MB")
+    print(f"other processes' CPU during the run: {other.cores() or 0:.2f} cores")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", nargs="?", default="compare", choices=["prepare", "compare", "run"])
+    ap.add_argument("command", nargs="?", default="compare", choices=["prepare", "compare"])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/opus-mt-speed"))
-    ap.add_argument("--engine", choices=ENGINES, default="ours")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--sentences", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
@@ -154,10 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.command == "prepare" or (args.command == "compare" and not (args.workdir / "ct2").exists()):
         prepare(args.workdir)
-    if args.command == "run":
-        print(json.dumps(run(args.workdir, args.engine, args.beam, args.sentences, args.threads,
-                             args.repeats)))
-    elif args.command == "compare":
+    if args.command == "compare":
         compare(args)
 
 
