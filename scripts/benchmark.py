@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_model_argument(ap, help="a seq2seq checkpoint (.ckpt)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
-                         f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; levers: "
+                         f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; train-profile: of a training step; levers: "
                          "training-step levers one at a time; vocab: training step at 4k/6k/8k/10k joint BPE; "
                          "split: seq2seq-train as 1 process x 2 threads vs DDP 2 x 1; shared: translation and "
                          "training beside 0, 1 and 2 busy cores under two thread policies)")

@@ -328,6 +328,23 @@ def test_profile_reports_each_phase_label_that_ran(ckpt):
         assert f"{p['phase']:<60s} {p['seconds']:7.3f}" in report
 
 
+def test_training_profile_splits_a_step_into_its_phases(ckpt):
+    g = torch.Generator().manual_seed(0)
+    examples = [{"src_ids": torch.randint(4, 100, (n,), generator=g).tolist(),
+                 "tgt_ids": torch.randint(4, 100, (n + 1,), generator=g).tolist(), "id": i}
+                for i, n in enumerate((5, 7, 3, 6))]
+    batches = [collate(examples[:2]), collate(examples[2:])]
+    res = P.profile_training(build_model(ckpt), batches)
+    assert res["target_tokens"] == sum(b.n_tgt_tokens for b in batches)
+    assert [p["phase"] for p in res["phases"]] == [name for _, name in P.TRAIN_PHASES]
+    assert all(p["seconds"] > 0 for p in res["phases"])
+    assert sum(p["seconds"] for p in res["phases"]) <= res["wall_s"] * 2  # CPU time, 2 threads
+    assert not {o["op"] for o in res["ops"]} & {label for label, _ in P.TRAIN_PHASES}
+    report = R.train_profile_report(res, "train profile")
+    for p in res["phases"]:
+        assert f"{p['phase']:<60s} {p['seconds']:7.3f}" in report
+
+
 # ---------------------------------------------------------------- public API only
 def test_bench_uses_only_the_public_api_of_seq2seq():
     for path in BENCH.glob("*.py"):

@@ -54,3 +54,45 @@ def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam_size:
             "mean_best_len": sum(map(len, hyps)) / len(hyps), "max_len": [b.max_len for b in batches],
             "max_tokens": max_tokens, "beam_size": beam_size,
             "phases": phase_times(events), "ops": top_operators(events, row_limit)}
+
+
+TRAIN_PHASES = (("train.forward_loss", "forward + loss"), ("train.backward", "backward"),
+                ("train.optimizer", "Adam step"))
+
+
+def profile_training(model: Seq2Seq, batches: Sequence, row_limit: int = 20) -> dict:
+    """``torch.profiler`` over one fp32 training step (forward + loss, backward, Adam) per
+    batch, after an untimed warm-up step: time per phase and the top operators."""
+    from torch.profiler import record_function
+
+    from scripts.bench.train import OPTIM, adam
+    from seq2seq.training.module import Seq2SeqModule  # pulls in lightning
+
+    module = Seq2SeqModule(arch=model.arch, optim=OPTIM)
+    module.model = model.train()
+    opt = adam(model)
+
+    def step(batch) -> int:
+        with record_function("train.forward_loss"):
+            loss, n_tokens = module.loss(batch)
+        with record_function("train.backward"):
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        with record_function("train.optimizer"):
+            opt.step()
+        return n_tokens
+
+    step(batches[0])  # warm-up
+    start = time.perf_counter()
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+        tokens = sum(step(b) for b in batches)
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+    totals = {e.key: e.cpu_time_total / 1e6 for e in events}
+    labels = {label for label, _ in TRAIN_PHASES}
+    ops = [{"op": e.key, "seconds": e.self_cpu_time_total / 1e6, "calls": e.count}
+           for e in events if e.key not in labels and not e.key.startswith("ProfilerStep")]
+    return {"batches": len(batches), "target_tokens": tokens, "wall_s": wall,
+            "phases": [{"phase": name, "seconds": totals.get(label, 0.0)}
+                       for label, name in TRAIN_PHASES],
+            "ops": sorted(ops, key=lambda o: -o["seconds"])[:row_limit]}

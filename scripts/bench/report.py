@@ -104,14 +104,27 @@ def profile_report(res: dict, title: str) -> str:
         f"(length limits {res['max_len']}), mean 1-best length {res['mean_best_len']:.1f}",
         f"  decoder rows computed {res['decoder_rows']:,}; if each sentence stopped right after "
         f"its 1-best's EOS: {res['decoder_rows_if_stopped_at_best']:,} ({waste:.1f}x fewer)",
-        "", f"  {'phase (CPU time incl. what runs inside it)':<60s} {'s':>7s} {'% wall':>7s}",
     ]
+    return "\n".join(lines + _phases_and_ops(res, total))
+
+
+def _phases_and_ops(res: dict, total: float) -> list[str]:
+    """Time per phase, then the top operators, each with its share of ``total`` wall time."""
+    lines = ["", f"  {'phase (CPU time incl. what runs inside it)':<60s} {'s':>7s} {'% wall':>7s}"]
     lines += [f"  {p['phase']:<60s} {p['seconds']:7.3f} {100 * p['seconds'] / total:6.1f}%"
               for p in res["phases"]]
     lines += ["", f"  {'operator (self CPU time)':<60s} {'s':>7s} {'% wall':>7s} {'calls':>8s}"]
     lines += [f"  {o['op'][:60]:<60s} {o['seconds']:7.3f} {100 * o['seconds'] / total:6.1f}% "
               f"{o['calls']:8d}" for o in res["ops"]]
-    return "\n".join(lines)
+    return lines
+
+
+def train_profile_report(res: dict, title: str) -> str:
+    """A training step's time per phase, then its top operators."""
+    total = res["wall_s"]
+    lines = [title, f"  {res['batches']} steps, {res['target_tokens']:,} target tokens, "
+             f"{total:.2f} s under the profiler"]
+    return "\n".join(lines + _phases_and_ops(res, total))
 
 
 def targets_report(targets: Sequence[dict]) -> str:

@@ -17,7 +17,7 @@ import torch
 
 from scripts.bench.attention import bench_attention
 from scripts.bench.decode import TEST_SPLIT, bench_decoding, read_test_sources
-from scripts.bench.profile import profile_beam
+from scripts.bench.profile import profile_beam, profile_training
 from scripts.bench.report import (
     attention_table,
     decode_table,
@@ -26,6 +26,7 @@ from scripts.bench.report import (
     shared_table,
     split_table,
     targets_report,
+    train_profile_report,
     train_table,
     vocab_table,
 )
@@ -47,9 +48,9 @@ from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict
 
 SECTIONS = ("decode", "train", "attention")
-# on request: beam profile; training levers; training step by vocabulary size; both cores as
+# on request: beam profile; training-step profile; training levers; training step by vocabulary size; both cores as
 # one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused)
-EXTRA_SECTIONS = ("profile", "levers", "vocab", "split", "shared")
+EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared")
 Log = Callable[[str], None]
 
 
@@ -120,6 +121,16 @@ def profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def train_profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log(f"\n[train-profile] ours training step, first {opts.train_batches} batches, torch.profiler")
+    batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
+                               opts.train_batches)
+    res = profile_training(build_model(ckpt), batches)
+    log("\n" + train_profile_report(res, f"Profile: ours training step, fp32, "
+                                    f"{opts.threads} thread(s)"))
+    return res
+
+
 def levers_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log(f"\n[levers] training step, first {opts.train_batches} batches, one lever at a time")
     batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
@@ -156,7 +167,8 @@ def shared_section(ckpt: dict, opts: Options, log: Log) -> dict:
 
 
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
-           "profile": profile_section, "levers": levers_section, "vocab": vocab_section,
+           "profile": profile_section, "train-profile": train_profile_section,
+           "levers": levers_section, "vocab": vocab_section,
            "split": split_section, "shared": shared_section}
 
 
