@@ -200,6 +200,16 @@ def test_a_batch_decodes_as_each_sentence_alone(method):
         assert_same([batch[i]], hyps(search(ens, row, d)))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_cuda_matches_cpu(method):
+    src, d = mixed_src(), dcfg(method=method, nbest=1)
+    cpu = search(Ensemble([narrow(), wide()]), src, d)
+    gpu = search(Ensemble([narrow(), wide()]).cuda(), src.cuda(), d)
+    assert_same(hyps(gpu), hyps(cpu), atol=1e-3)
+    assert gpu.output.is_cuda
+
+
 def test_attention_is_the_first_members():
     members, src = [narrow(), wide()], mixed_src(B=3)
     out = search(Ensemble(members), src, dcfg(), need_attention=True)
@@ -216,6 +226,8 @@ def test_members_of_another_vocabulary_are_refused():
         Ensemble([narrow(), tiny_random_model(VOCAB, eos_id=5)])
     with pytest.raises(ValueError, match="no models"):
         Ensemble([])
+    with pytest.raises(ValueError, match="no checkpoints"):
+        Translator.from_checkpoints([])
 
 
 # ---------------------------------------------------------------- checkpoints and the CLI

@@ -138,6 +138,8 @@ class Translator:
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
         naming both files otherwise."""
         paths = list(paths)
+        if not paths:
+            raise ValueError("no checkpoints given")
         if len(paths) == 1:
             return cls.from_checkpoint(paths[0], decoding, device)
         members = [cls.from_checkpoint(p, device=device) for p in paths]
