@@ -11,13 +11,14 @@ from seq2seq.config import ModelConfig
 from seq2seq.model import Seq2Seq
 
 
-def tiny_random_model(vocab: int, seed: int = 0) -> Seq2Seq:
+def tiny_random_model(vocab: int, seed: int = 0, **overrides) -> Seq2Seq:
     """2+2 layers, d_model 32, untied output, weights perturbed off their init so that
-    outputs vary (a fresh model rarely emits EOS); eval mode."""
+    outputs vary (a fresh model rarely emits EOS); eval mode. ``overrides``: other
+    ``ModelConfig`` fields."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
-                      encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
-    model = Seq2Seq(cfg).eval()
+    kw = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, d_ff=64,
+              encoder_layers=2, decoder_layers=2, max_positions=64, tie_output=False)
+    model = Seq2Seq(ModelConfig(**{**kw, **overrides})).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)

@@ -139,7 +139,9 @@ def ignored_options(args: argparse.Namespace, decoding: DecodingConfig) -> list[
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_argument(ap)
+    add_model_argument(ap, append=True, help="the trained model (repeated, -m A -m B: an "
+                       "ensemble, each step the mean of the models' log-probabilities; "
+                       "same tokenizer and direction): a checkpoint file (.ckpt)")
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
@@ -296,9 +298,9 @@ def run(args) -> None:
     check_warn_below(args.warn_below)
     check_device(args.device)
     if args.plot_attention:
-        check_plot_file(args.plot_attention, [args.checkpoint, args.input], args.force)
+        check_plot_file(args.plot_attention, [*args.checkpoint, args.input], args.force)
     lines = _open_input(args)
-    translator = Translator.from_checkpoint(args.checkpoint, decoding=decoding, device=args.device)
+    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
     notes = ignored_options(args, decoding)
     notes += ["--force has no effect without --plot-attention"] if args.force and \
         not args.plot_attention else []

@@ -16,7 +16,8 @@ Conventions shared by all three searches (the rules themselves: ``seq2seq.decodi
   before any masking: rows are the active sentences (greedy/sample) or their beams (beam).
   The search then modifies that tensor in place: a hook that keeps it must copy it.
 
-Call on a model in eval mode (dropout would make every step random).
+Call on a model in eval mode (dropout would make every step random). Every search also takes
+an ensemble (``seq2seq.decoding.ensemble.Ensemble``): the mean of its members' log-probs.
 """
 
 from __future__ import annotations

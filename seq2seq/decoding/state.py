@@ -2,7 +2,8 @@
 
 ``DecoderRows`` puts the two ways of decoding behind one interface: cached (the model's
 ``DecoderCache`` holds K/V and positions) or uncached (the whole prefix is decoded again
-each step: the reference the cached path is tested against).
+each step: the reference the cached path is tested against). An ensemble's rows
+(``decoding.ensemble.EnsembleRows``) hold one ``DecoderRows`` per member behind the same interface.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.batch import decoder_start
+from seq2seq.decoding.ensemble import Ensemble, EnsembleRows
 from seq2seq.model import Attentions, DecoderCache, Seq2Seq
 from seq2seq.profiling import phase
 
@@ -87,19 +89,31 @@ class DecoderRows:
                 self.memory_mask = self.memory_mask.index_select(0, rows)
 
 
-def start(model: Seq2Seq, src: Tensor, use_cache: bool, steps: int, beam_size: int = 1,
-          first: Tensor | None = None) -> tuple[DecoderRows, Tensor]:
-    """Encode ``src (B, S)`` once; each sentence gets ``beam_size`` consecutive decoder rows.
-    Returns the rows and their first input ``(B * beam_size,)``: BOS, or each sentence's
-    ``first (B,)`` (a multilingual model's target-language tag in the decoder)."""
+def encoded_rows(model: Seq2Seq, src: Tensor, use_cache: bool, capacity: int,
+                 group: int = 1) -> DecoderRows:
+    """Encode ``src (B, S)`` once: one model's decoder rows over its memory."""
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)
+    return DecoderRows(model, memory, src_mask, use_cache, capacity, group)
+
+
+def start(model: Seq2Seq | Ensemble, src: Tensor, use_cache: bool, steps: int, beam_size: int = 1,
+          first: Tensor | None = None) -> tuple[DecoderRows | EnsembleRows, Tensor]:
+    """Encode ``src (B, S)`` once (an ensemble: once per member); each sentence gets
+    ``beam_size`` consecutive decoder rows. Returns the rows and their first input
+    ``(B * beam_size,)``: BOS, or each sentence's ``first (B,)`` (a multilingual model's
+    target-language tag in the decoder)."""
     # Room for 16 positions, doubled on demand: memory follows the real lengths, not the limit.
     # Cached, the beams of a sentence share its memory K/V (a cache group); the uncached
     # reference copies the memory to each beam.
     group = beam_size if use_cache else 1
-    state = DecoderRows(model, memory, src_mask, use_cache, min(steps, 16), group)
+    capacity = min(steps, 16)
+    if isinstance(model, Ensemble):
+        state = EnsembleRows([encoded_rows(m, src, use_cache, capacity, group)
+                              for m in model.members])
+    else:
+        state = encoded_rows(model, src, use_cache, capacity, group)
     if beam_size > group:
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
     if first is not None:

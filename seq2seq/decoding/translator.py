@@ -28,6 +28,7 @@ from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
@@ -61,6 +62,32 @@ def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
             )
 
 
+def _translates(t: Translator) -> str:
+    """What a model translates, as the ensemble check compares and names it: its pair, or
+    a multilingual model's directions and where its tags go."""
+    if t.directions is not None:
+        return f"{', '.join(t.directions.names())} (tags on the {t.directions.tag_position} side)"
+    return t.direction_names[0] if t.direction_names else "an unrecorded pair"
+
+
+def check_ensemble(names: list[str], members: list[Translator]) -> None:
+    """Ensemble members read and write the same text: the same tokenizers (fingerprints)
+    and direction(s) as the first (``Ensemble`` checks the model side)."""
+    first = members[0]
+    for name, t in zip(names[1:], members[1:]):
+        for side in ("src", "tgt"):
+            want = getattr(first.tokenizers, side).fingerprint
+            got = getattr(t.tokenizers, side).fingerprint
+            if got != want:
+                raise ValueError(f"ensemble: {name} has another {side} tokenizer than {names[0]} "
+                                 f"(sha256 {got[:16]}... vs {want[:16]}...): ensemble members "
+                                 "must share one vocabulary")
+        if _translates(t) != _translates(first):
+            raise ValueError(f"ensemble: {name} translates {_translates(t)} but {names[0]} "
+                             f"translates {_translates(first)}: ensemble members must translate "
+                             "the same direction(s)")
+
+
 @dataclass(frozen=True)
 class _Tag:
     """Where a multilingual model's target-language tag goes for one call."""
@@ -72,9 +99,11 @@ class _Tag:
 class Translator:
     """Wraps a model and its tokenizers. ``device=None`` leaves the model where it is
     (validation during training passes the module's device). A multilingual model
-    (``directions``) is told the output language by ``target_lang`` on each call."""
+    (``directions``) is told the output language by ``target_lang`` on each call. The model
+    may be an ``Ensemble`` of models sharing the tokenizers (:meth:`from_checkpoints`)."""
 
-    def __init__(self, model: Seq2Seq, tokenizers: TokenizerPair, decoding: DecodingConfig | None = None,
+    def __init__(self, model: Seq2Seq | Ensemble, tokenizers: TokenizerPair,
+                 decoding: DecodingConfig | None = None,
                  device: str | torch.device | None = None, directions: Directions | None = None,
                  pair: tuple[str | None, str | None] = (None, None)):
         self.model = model if device is None else model.to(device)
@@ -99,6 +128,26 @@ class Translator:
                                  f"{side} tokenizer {tok.vocab_size}")
         return cls(model, tokenizers, decoding, device, directions_of(meta, f"checkpoint {path}"),
                    (meta.get("src_lang"), meta.get("tgt_lang")))
+
+    @classmethod
+    def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
+                         decoding: DecodingConfig | None = None,
+                         device: str | torch.device = "cpu") -> Translator:
+        """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
+        (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
+        share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
+        naming both files otherwise."""
+        paths = list(paths)
+        if not paths:
+            raise ValueError("no checkpoints given")
+        if len(paths) == 1:
+            return cls.from_checkpoint(paths[0], decoding, device)
+        members = [cls.from_checkpoint(p, device=device) for p in paths]
+        names = [str(p) for p in paths]
+        check_ensemble(names, members)
+        first = members[0]
+        return cls(Ensemble([t.model for t in members], names), first.tokenizers, decoding,
+                   device, first.directions, first.pair)
 
     @property
     def direction_names(self) -> list[str]:
