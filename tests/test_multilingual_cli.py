@@ -168,3 +168,15 @@ def test_evaluate_single_direction_model_all_directions_is_its_own(ckpts, tmp_pa
     assert code == 0, err
     assert [r["direction"] for r in records] == ["de-en"]
     assert records[0]["directions_without_test_files"] == []
+
+
+def test_evaluate_own_files_need_only_the_target(ckpts, tmp_path):
+    """With --src-file/--ref-file no file is looked up: the target language suffices."""
+    src = DATA / "test_2016_flickr.en.gz"
+    js = tmp_path / "r.json"
+    code, out, err = run_main(evaluate_main, [
+        "-m", str(ckpts["source"]), "--src-file", str(src), "--ref-file", str(DATA / "test_2016_flickr.fr.gz"),
+        "--target-lang", "fr", "--limit", "3", "--quiet", "--json", str(js), *SHORT])
+    assert code == 0, err
+    [r] = json.loads(js.read_text())
+    assert read_lines(r["hypotheses"]) == ours(ckpts["source"], read_lines(src)[:3], target_lang="fr")

@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         pairs[path] = model_pairs(path, load_checkpoint(path)["seq2seq"], args)
     test_sets, missing = test_sets_of(args, dict.fromkeys(p for ps in pairs.values() for p in ps))
     for path, name in zip(args.checkpoint, file_names(args.checkpoint)):
-        untested[path] = [p for p in map("-".join, pairs[path]) if p in missing]
+        untested[path] = [f"{a}-{b}" for a, b in pairs[path] if f"{a}-{b}" in missing]
         for pair in (p for p in pairs[path] if p in test_sets):
             test = test_sets[pair]
             plan.append((path, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp", pair))

@@ -62,8 +62,8 @@ def test_sets_of(args, pairs) -> tuple[dict[tuple, TestSet], list[str]]:
 
     found, missing = {}, []
     for pair in pairs:
-        if args.all_directions and not _has_files(args, pair, known):
-            missing.append("-".join(pair))
+        if args.all_directions and None not in pair and not _has_files(args, pair, known):
+            missing.append(f"{pair[0]}-{pair[1]}")
         else:
             found[pair] = load_test_set(args, *pair)
     if not found:
