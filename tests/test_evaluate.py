@@ -195,7 +195,7 @@ def test_unknown_test_set_via_script(ckpts):
 @pytest.mark.parametrize("argv, needles", [
     (["--split", "test_2018"], ["--split", "'test_2018'", "test_2016_flickr", "val"]),
     (["--split", "train"], ["--split", "'train'"]),  # not a test set
-    (["--src-lang", "cs"], ["--src-lang", "'cs'", "fr"]),
+    (["--src-lang", "cs"], ["--source-lang", "'cs'", "fr"]),  # the old spelling: an alias
     (["--src-lang", "de", "--tgt-lang", "de"], ["both 'de'"]),
     (["--src-file", "x.de"], ["--src-file and --ref-file"]),
     (["--src-file", "x.de", "--ref-file", "x.en", "--split", "val"], ["not both"]),
@@ -212,7 +212,7 @@ def test_wrong_language_pair(ckpts, tmp_path, capsys):
     result = evaluate(capsys, "-m", ckpts["a"], ckpts["en-de"], "--src-lang", "de", "--tgt-lang", "en",
                       "--data-dir", DATA, "--hyp-dir", hyp_dir)
     assert_one_line_error(*result, str(ckpts["en-de"]), "en->de", "de->en")
-    assert_one_line_error(*evaluate(capsys, "-m", ckpts["a"], "--tgt-lang", "fr"), "de->en", "--tgt-lang fr")
+    assert_one_line_error(*evaluate(capsys, "-m", ckpts["a"], "--tgt-lang", "fr"), "de->en", "--target-lang fr")
     assert not hyp_dir.exists()
 
 

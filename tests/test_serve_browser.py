@@ -218,3 +218,36 @@ def test_nothing_is_cut_off_at_phone_and_desktop_widths(browser, url, name, widt
         page.screenshot(path=str(ARTIFACTS / f"explorer-{name}.png"), full_page=True)
     finally:
         page.close()
+
+
+def test_direction_picker_only_for_a_multilingual_model(browser, tmp_path_factory):
+    """Hidden for a single-direction model; for a multilingual one it lists its directions
+    and the translation shown is that direction's ``/attention`` answer."""
+    from helpers import save_multilingual_checkpoint
+
+    multi = save_multilingual_checkpoint(tmp_path_factory.mktemp("multi") / "multi.ckpt", "en<>de,fr")
+    with running(create_app(load_models([str(SHIPPED), f"multi={multi}"]))) as base:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        try:
+            page.goto(base + "/")
+            page.wait_for_function("document.querySelectorAll('#model option').length == 2")
+            assert page.is_hidden("#direction-box")
+            page.select_option("#model", "multi")
+            assert page.is_visible("#direction-box")
+            listed = page.eval_on_selector_all("#direction option", "els => els.map(e => e.value)")
+            assert listed == ["en-de", "de-en", "en-fr", "fr-en"]
+            page.select_option("#direction", "en-fr")
+            page.fill("#text", "A dog runs through the snow.")
+            page.select_option("#method", "greedy")
+            page.click("#translate")
+            page.wait_for_selector("#tgt .piece", timeout=60_000)
+            want = httpx.post(base + "/attention", timeout=60, json={
+                "model": "multi", "text": "A dog runs through the snow.", "beam": 1, "nbest": 1,
+                "length_penalty": "average", "source_lang": "en", "target_lang": "fr"}).json()
+            assert page.text_content("#translation") == want["hyp"]
+            assert _attr(page, "#src .piece", "pieces") == want["src_pieces"]
+            assert want["src_pieces"][0] == "<2fr>"
+            page.select_option("#model", "multi30k_de_en_tiny")
+            assert page.is_hidden("#direction-box")
+        finally:
+            page.close()

@@ -134,3 +134,19 @@ def check_replace(path: str | os.PathLike, option: str, force: bool, kind: str,
     if not is_kind(Path(path)):
         raise ValueError(f"{option} {path}: exists and is not {kind}; --force replaces only an "
                          "earlier output of this command: choose another name")
+
+
+# One name per concept in seq2seq-translate and seq2seq-evaluate: the direction asked of a
+# model. ``--src-lang``/``--tgt-lang`` (seq2seq-evaluate's and seq2seq-import's spelling)
+# keep working as aliases.
+def add_direction_args(ap: argparse.ArgumentParser | Any, extra: str = "") -> None:
+    """``--target-lang LANG`` and ``--source-lang LANG`` (dests ``target_lang``,
+    ``source_lang``): the direction of a multilingual model, checked against a
+    single-direction model's own pair. ``extra``: what else they choose in this command."""
+    ap.add_argument("--target-lang", "--tgt-lang", dest="target_lang", metavar="LANG",
+                    help="the language to translate into: a multilingual model's direction "
+                         "(needed when it has several target languages); a single-direction "
+                         f"model accepts only its own{extra}")
+    ap.add_argument("--source-lang", "--src-lang", dest="source_lang", metavar="LANG",
+                    help="the language of the input, where the model needs it: checked "
+                         f"against the model's directions{extra}")

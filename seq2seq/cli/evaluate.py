@@ -2,15 +2,19 @@
 
     seq2seq-evaluate -m run.ckpt --split test_2016_flickr --beam 5 --json results/run.json
     seq2seq-evaluate -m a.ckpt b.ckpt --src-file src.de --ref-file ref.en
-    seq2seq-evaluate -m run.ckpt --src-lang de --tgt-lang en --split val --limit 100
+    seq2seq-evaluate -m run.ckpt --source-lang de --target-lang en --split val --limit 100
+    seq2seq-evaluate -m multi.ckpt --all-directions --split val --limit 100
 
 Test set: the named Multi30k (``--test-set multi30k``, the default) split ``--split``, read
 from ``{data-dir}/{split}.{lang}.gz`` in the checkpoint's own direction (without --data-dir:
 the shipped copy, from any folder: ``$SEQ2SEQ_DATA/multi30k``, else the repository's
 ``data/multi30k``, else ``./data/multi30k``); or any parallel
 text given as ``--src-file`` + ``--ref-file`` (plain or .gz, one sentence a line).
-``--src-lang``/``--tgt-lang`` ask for a direction: a checkpoint trained for another pair
-is refused. Source and reference files must have the same number of lines.
+``--source-lang``/``--target-lang`` (or ``--src-lang``/``--tgt-lang``) ask for a direction:
+a checkpoint trained for another pair is refused; for a multilingual model they choose the
+direction it translates in. ``--all-directions`` evaluates every direction of each model
+on the named test set where its files exist (one row each; the directions without test
+files are named). Source and reference files must have the same number of lines.
 
 Scores (sacreBLEU, one reference): BLEU and chrF on cased, detokenized text, the numbers
 to report, with their signatures; and lc-tok BLEU (lowercased, 13a-tokenized), labelled as
@@ -30,19 +34,20 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli.common import (
     Parser,
+    add_direction_args,
     add_model_argument,
     check_device,
     check_output_file,
     check_replace,
     run_command,
 )
+from seq2seq.cli.evaluate_sets import TestSet, model_pairs, test_sets_of
 from seq2seq.cli.translate import (
     _one_line,
     add_decoding_args,
@@ -63,16 +68,6 @@ DEFAULT_HYP_DIR = "hyps"
 LC_TOK_NOTE = "lowercased, 13a-tokenized BLEU: only for comparison with papers that score that way"
 
 
-@dataclass
-class TestSet:
-    label: str  # for people: "multi30k/val de-en", "src.de", "... [first 100]"
-    key: str  # for file names: "multi30k.val.de-en", "src.de", "....first100"
-    src_path: Path
-    ref_path: Path
-    src: list[str]
-    ref: list[str]
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,10 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the named test set's {split}.{lang}.gz files are (default: the "
                         "shipped copy, found from any folder: $SEQ2SEQ_DATA/multi30k, else the "
                         "repository's data/multi30k, else ./data/multi30k)")
-    g.add_argument("--src-lang", metavar="LANG",
-                   help="source language asked for (default: the checkpoint's); "
-                        f"a checkpoint for another pair is refused; Multi30k: {list(MULTI30K_LANGS)}")
-    g.add_argument("--tgt-lang", metavar="LANG", help="target language asked for (same rules)")
+    add_direction_args(g, extra=f"; also picks the test set's files (Multi30k: {list(MULTI30K_LANGS)})")
+    g.add_argument("--all-directions", action="store_true",
+                   help="evaluate every direction of each model on the named test set where "
+                        "its files exist (one row each; names those without test files)")
     g.add_argument("--src-file", metavar="FILE", help="source text (with --ref-file) instead of a named test set")
     g.add_argument("--ref-file", metavar="FILE", help="reference text, line for line with --src-file")
     g.add_argument("--limit", type=_positive_int, metavar="N",
@@ -133,59 +128,16 @@ def check_args(args: argparse.Namespace) -> None:
         if args.split not in EVAL_SPLITS:
             raise ValueError(f"--split: unknown {args.test_set} split {args.split!r}; "
                              f"choices: {list(EVAL_SPLITS)}")
-        for side in ("src", "tgt"):
+        for side in ("source", "target"):
             lang = getattr(args, f"{side}_lang")
             if lang is not None and lang not in MULTI30K_LANGS:
                 raise ValueError(f"--{side}-lang: {args.test_set} has no language {lang!r}; "
                                  f"choices: {list(MULTI30K_LANGS)}")
-    if args.src_lang and args.src_lang == args.tgt_lang:
-        raise ValueError(f"--src-lang and --tgt-lang are both {args.src_lang!r}")
-
-
-def language_pair(path: str, meta: dict[str, Any], args) -> tuple[str | None, str | None]:
-    """The direction to evaluate ``path`` in: the one asked for, else the checkpoint's.
-    Refuses a checkpoint trained for another pair than the one asked for."""
-    own = (meta.get("src_lang"), meta.get("tgt_lang"))
-    asked = (args.src_lang or own[0], args.tgt_lang or own[1])
-    if None not in own and asked != own:
-        if args.src_lang and args.tgt_lang:
-            wanted = f"the test set asks for {asked[0]}->{asked[1]}"
-        else:
-            wanted = f"--{'src' if args.src_lang else 'tgt'}-lang {args.src_lang or args.tgt_lang} was asked for"
-        raise ValueError(f"checkpoint {path} translates {own[0]}->{own[1]}, but {wanted}")
-    return asked
-
-
-def load_test_set(args, src_lang: str | None, tgt_lang: str | None) -> TestSet:
-    """Source and reference lines (the first ``--limit``); refuses files that do not match
-    line for line, and empty ones."""
-    from seq2seq.data.sources import read_lines, resolve_corpus
-
-    pair = f"{src_lang}-{tgt_lang}" if src_lang and tgt_lang else ""
-    if args.src_file:
-        src_path, ref_path = Path(args.src_file), Path(args.ref_file)
-        label = f"{src_path.name} {pair}".strip()
-        key = src_path.name
-    else:
-        if not pair:
-            raise ValueError("the checkpoint does not record its language pair: "
-                             "give --src-lang and --tgt-lang")
-        from seq2seq.config import DataConfig
-
-        cfg = DataConfig(corpus=args.test_set, data_dir=args.data_dir, src_lang=src_lang, tgt_lang=tgt_lang)
-        src_path, ref_path = resolve_corpus(cfg, args.split)
-        label = f"{args.test_set}/{args.split} {pair}"
-        key = f"{args.test_set}.{args.split}.{pair}"
-    src, ref = read_lines(src_path), read_lines(ref_path)
-    if len(src) != len(ref):
-        raise ValueError(f"{src_path} has {len(src)} lines but {ref_path} has {len(ref)}: "
-                         "source and reference must match line for line")
-    if not src:
-        raise ValueError(f"{src_path} is empty: nothing to evaluate")
-    if args.limit and args.limit < len(src):
-        src, ref = src[: args.limit], ref[: args.limit]
-        label, key = f"{label} [first {args.limit}]", f"{key}.first{args.limit}"
-    return TestSet(label, key, src_path, ref_path, src, ref)
+    if args.source_lang and args.source_lang == args.target_lang:
+        raise ValueError(f"--source-lang and --target-lang are both {args.source_lang!r}")
+    if args.all_directions and (args.src_file or args.source_lang or args.target_lang):
+        raise ValueError("--all-directions evaluates every direction on a named test set: give "
+                         "no --src-file, --source-lang or --target-lang with it")
 
 
 def file_names(paths: list[str]) -> list[str]:
@@ -201,23 +153,25 @@ def file_names(paths: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------ decoding and scoring
-def evaluate_checkpoint(path: str, test: TestSet, decoding: DecodingConfig, hyp_file: Path,
-                        args) -> dict[str, Any]:
-    """Translate ``test`` with ``path``, write the hypotheses, score them."""
-    from seq2seq.decoding.translator import Translator
+def evaluate_checkpoint(translator, path: str, test: TestSet, hyp_file: Path, args,
+                        pair: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
+    """Translate ``test`` with ``translator`` (of ``path``) in direction ``pair``, write
+    the hypotheses, score them."""
     from seq2seq.metrics import all_scores
 
-    translator = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
+    decoding = translator.decoding
     start = time.perf_counter()
     progress = not args.quiet and sys.stderr.isatty()
     # One line per source line, whatever the detokenizer produced; scored as written.
-    hyps = [_one_line(h) for h in translator.translate(test.src, progress=progress)]
+    hyps = [_one_line(h) for h in translator.translate(test.src, progress=progress,
+                                                       source_lang=pair[0], target_lang=pair[1])]
     seconds = time.perf_counter() - start
     hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8", newline="\n")
     scores = all_scores(hyps, test.ref)
     record = {
         "checkpoint": str(path),
         "test_set": test.label,
+        "direction": "-".join(pair) if None not in pair else None,
         "source": str(test.src_path),
         "reference": str(test.ref_path),
         "sentences": len(test.src),
@@ -323,30 +277,40 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     decoding = decoding_from_args(args)
     check_device(args.device)
     # Everything that can be refused is refused before the first (long) decoding run.
-    plan, test_sets = [], {}
+    plan, pairs, untested = [], {}, {}
     hyp_dir = Path(args.hyp_dir or (Path(args.json).parent if args.json else DEFAULT_HYP_DIR))
+    for path in args.checkpoint:
+        pairs[path] = model_pairs(path, load_checkpoint(path)["seq2seq"], args)
+    test_sets, missing = test_sets_of(args, dict.fromkeys(p for ps in pairs.values() for p in ps))
     for path, name in zip(args.checkpoint, file_names(args.checkpoint)):
-        meta = load_checkpoint(path)["seq2seq"]
-        pair = language_pair(path, meta, args)
-        if pair not in test_sets:
-            test_sets[pair] = load_test_set(args, *pair)
-        test = test_sets[pair]
-        plan.append((path, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp"))
-    check_outputs(args, plan, hyp_dir)
+        untested[path] = [f"{a}-{b}" for a, b in pairs[path] if f"{a}-{b}" in missing]
+        for pair in (p for p in pairs[path] if p in test_sets):
+            test = test_sets[pair]
+            plan.append((path, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp", pair))
+    check_outputs(args, [p[:3] for p in plan], hyp_dir)
     for note in ignored_options(args, decoding):
         print(f"{PROG}: warning: {note}", file=sys.stderr)
 
-    results = []
-    for i, (path, test, hyp_file) in enumerate(plan, 1):
+    from seq2seq.decoding.translator import Translator
+
+    results, translators = [], {}
+    for i, (path, test, hyp_file, pair) in enumerate(plan, 1):
         if not args.quiet:
             print(f"[{i}/{len(plan)}] {path}: {test.label}, {len(test.src)} sentences",
                   file=sys.stderr, flush=True)
-        r = evaluate_checkpoint(path, test, decoding, hyp_file, args)
+        if path not in translators:  # once per model, whatever the number of directions
+            translators[path] = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
+        r = evaluate_checkpoint(translators[path], path, test, hyp_file, args, pair)
+        if args.all_directions:
+            r["directions_without_test_files"] = untested[path]
         if not args.quiet:
             print(f"      BLEU {r['BLEU']['score']:.2f}, chrF {r['chrF']['score']:.2f} "
                   f"({r['translate_seconds']:.1f} s) -> {r['hypotheses']}", file=sys.stderr, flush=True)
         results.append(r)
     print_table(results)
+    for path, names in untested.items():
+        if names:
+            print(f"no test files in {args.test_set}/{args.split} for {path}: {', '.join(names)}")
     if args.json:
         text = json.dumps(results, indent=1, ensure_ascii=False) + "\n"
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,11 @@
     seq2seq-translate -m run.ckpt < src.de > hyp.en
     seq2seq-translate -m run.ckpt --beam 5 --nbest 3 --output-format jsonl "Ein Hund rennt."
     seq2seq-translate -m run.ckpt --input src.de --plot-attention attn.png
+    seq2seq-translate -m multi.ckpt --target-lang de "A dog runs."
+
+A multilingual model is told the output language by ``--target-lang`` (and checks
+``--source-lang`` when given); a direction it was not trained on is refused, naming the
+ones it has.
 
 Input: positional arguments (one sentence each), ``--input FILE``, or stdin, read in chunks
 and flushed per chunk (streaming). Blank lines give blank output lines. Decoding defaults
@@ -31,6 +36,7 @@ from pathlib import Path
 
 from seq2seq.cli.common import (
     Parser,
+    add_direction_args,
     add_model_argument,
     check_device,
     check_output_file,
@@ -143,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "ensemble, each step the mean of the models' log-probabilities; "
                        "same tokenizer and direction): a checkpoint file (.ckpt)")
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
+    add_direction_args(ap)
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
                     help="jsonl: one JSON object a line: src, hyp, score (normalized, what "
@@ -264,14 +271,14 @@ def check_plot_file(path: str, inputs: list[str | None], force: bool = False) ->
                          "by seq2seq-translate; choose another file name (or --force to replace it)")
 
 
-def _plot_first(translator, lines: list[str], path: str) -> None:
+def _plot_first(translator, lines: list[str], path: str, direction: dict) -> None:
     from seq2seq.plotting import plot_attention
 
     first = next((t for t in lines if t.strip()), None)
     if first is None:
         print(f"{PROG}: warning: no non-blank sentence to plot", file=sys.stderr)
         return
-    r = translator.translate_full([first], need_attention=True)[0]
+    r = translator.translate_full([first], need_attention=True, **direction)[0]
     if r.attention is None:  # the tokenizer reduced the sentence to nothing
         print(f"{PROG}: warning: nothing to plot for {first!r}", file=sys.stderr)
         return
@@ -301,6 +308,8 @@ def run(args) -> None:
         check_plot_file(args.plot_attention, [*args.checkpoint, args.input], args.force)
     lines = _open_input(args)
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
+    translator.tag_for(**direction)  # an unknown direction: refused before any input is read
     notes = ignored_options(args, decoding)
     notes += ["--force has no effect without --plot-attention"] if args.force and \
         not args.plot_attention else []
@@ -315,8 +324,8 @@ def run(args) -> None:
     line = 0
     for i, chunk in enumerate(_chunks(lines, size)):
         if i == 0 and args.plot_attention:
-            _plot_first(translator, chunk, args.plot_attention)
-        for result in translator.translate_full(chunk):
+            _plot_first(translator, chunk, args.plot_attention, direction)
+        for result in translator.translate_full(chunk, **direction):
             out.write(_format(result, args.output_format) + "\n")
             line += 1
             _warn_if_unsure(result, line, args.warn_below)

@@ -187,3 +187,22 @@ def unk_token(vocab: Sequence[str]) -> str:
 def tokenizer_states(ckpt: dict[str, Any] | None) -> dict[str, Any] | None:
     """The checkpoint's ``{"src": state, "tgt": state}`` tokenizers, if it has any."""
     return (ckpt or {}).get("seq2seq", {}).get("tokenizers")
+
+
+# ---------------------------------------------------------------- multilingual models
+def model_directions(ckpt: dict[str, Any] | None):
+    """A checkpoint's :class:`~seq2seq.directions.Directions` (None: one direction, no tag)."""
+    from seq2seq.directions import directions_of
+
+    return None if ckpt is None else directions_of(ckpt["seq2seq"])
+
+
+def refuse_multilingual(fmt: str, ckpt: dict[str, Any] | None) -> None:
+    """HF's Marian and Pegasus exports hold one direction: their tokenizers cannot put our
+    target-language tag (a SentencePiece control piece, never produced from text) on the
+    source, and ``generate`` starts every output from one fixed decoder start token."""
+    d = model_directions(ckpt)
+    if d is not None:
+        raise ValueError(f"{fmt} cannot represent a multilingual model ({', '.join(d.names())}): "
+                         "its tokenizer cannot add the target-language tag; export it with "
+                         "--to ctranslate2")

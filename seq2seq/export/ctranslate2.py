@@ -18,10 +18,17 @@ was trained with (``add_source_eos``), so
 ``translator.translate_batch([sp.encode(text, out_type=str)])`` works as is. Exported from
 a bare model or with given vocabularies there is no tokenizer to ship: CTranslate2 then
 adds nothing to the source, and callers pass exactly the pieces our encoder sees.
+
+A multilingual checkpoint (:mod:`seq2seq.directions`): its tags are ordinary vocabulary
+pieces here. A source-tag model takes the tag as the first source token
+(``[["<2de>", *pieces]]``); a decoder-tag model gets no ``decoder_start_token``, so the
+tag given as ``target_prefix=[["<2de>"]]`` starts the decoder as it does ours.
+``directions.json`` (:data:`DIRECTIONS_FILE`) records the directions, tags and usage.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,9 +38,11 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
+from seq2seq.directions import tag_piece
 from seq2seq.export.common import (
     fit_vocabulary,
     load,
+    model_directions,
     prepare_dir,
     refuse,
     source_path,
@@ -54,9 +63,10 @@ OFFERED_QUANTIZATIONS = ("int8", "int16", "float16")
 # Files ``spec.save`` writes for a TransformerSpec (one shared or two vocabularies), and
 # the SentencePiece models shipped with a checkpoint's export.
 SENTENCEPIECE_FILES = {"src": "source.model", "tgt": "target.model"}
+DIRECTIONS_FILE = "directions.json"  # a multilingual model's directions and how to ask for one
 _PRODUCTS = {
     "model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
-    "target_vocabulary.json", *SENTENCEPIECE_FILES.values(),
+    "target_vocabulary.json", DIRECTIONS_FILE, *SENTENCEPIECE_FILES.values(),
 }
 
 
@@ -240,10 +250,34 @@ def to_ctranslate2(
     if add_source_eos is None:
         add_source_eos = bool(shipped)  # our encoder input is pieces + EOS (data.batch.collate_src)
     spec = ct2_spec(model, src_vocab, tgt_vocab, add_source_bos, add_source_eos)
+    multilingual = model_directions(ckpt)
+    if multilingual is not None and multilingual.tag_position == "decoder":
+        spec.config.decoder_start_token = None  # the tag, given as target_prefix, starts it
     spec.optimize(quantization=quantization)  # aliases tied/shared weights, quantizes
     out = prepare_dir(out_dir, overwrite, "ctranslate2", is_product, source_path(ckpt_or_model))
     spec.save(str(out))
     if shipped:  # both files even when joint: users need not know which one to load
         for side, name in SENTENCEPIECE_FILES.items():
             (out / name).write_bytes(bytes(shipped[side]["model"]))
+    if multilingual is not None:
+        write_directions(out / DIRECTIONS_FILE, multilingual)
     return out
+
+
+def usage(directions) -> str:
+    """What a CTranslate2 user passes to get ``directions``' first direction."""
+    src, tgt = directions.pairs[0]
+    tag = tag_piece(tgt)
+    pieces = 'sp.encode(text, out_type=str)'
+    if directions.tag_position == "source":
+        return f'translator.translate_batch([["{tag}", *{pieces}]])  # {src}-{tgt}: the tag first'
+    return (f'translator.translate_batch([{pieces}], target_prefix=[["{tag}"]])  '
+            f"# {src}-{tgt}: the tag starts the decoder")
+
+
+def write_directions(path: Path, directions) -> None:
+    """``directions.json``: the directions, each target language's tag and where it goes."""
+    info = {**directions.to_state(),
+            "tags": {lang: tag_piece(lang) for lang in directions.targets},
+            "usage": usage(directions)}
+    path.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DecodingConfig, ModelConfig
-from seq2seq.export.common import load, prepare_dir, refuse, source_path, tokenizer_states
+from seq2seq.export.common import (
+    load,
+    prepare_dir,
+    refuse,
+    refuse_multilingual,
+    source_path,
+    tokenizer_states,
+)
 from seq2seq.export.hf import (  # noqa: F401  (channel_permutation, is_product: public here too)
     channel_permutation,
     common_config,
@@ -76,6 +83,7 @@ def save_hf(fmt: str, convert, ckpt: Any, out_dir: str | os.PathLike, overwrite:
     import transformers  # noqa: F401  (missing package: fail before reading anything)
 
     model, ck = load(ckpt)
+    refuse_multilingual(fmt, ck)
     hf_model = convert(model)
     out = prepare_dir(out_dir, overwrite, fmt, is_product, source_path(ckpt))
     hf_model.save_pretrained(out)

@@ -3,9 +3,11 @@
 
 Requests name a model (a name given at start-up, never a path) and decoding options with the
 names and meaning of ``seq2seq-translate``'s flags (``beam``, ``nbest``, ``lenpen``, ...).
+A multilingual model is told the direction by ``target_lang`` (and ``source_lang``, checked
+when given); ``/models`` lists each model's directions.
 Bad requests get a 4xx with a one-line ``detail``: 404 unknown model, 413 too much text,
-422 bad option values (including ``ServeConfig``'s limits). The model runs on the
-``MicroBatcher``'s worker thread, never on the event loop.
+422 bad option values (including ``ServeConfig``'s limits) and directions the model lacks.
+The model runs on the ``MicroBatcher``'s worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pydantic import (
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.decoding.translator import TranslationResult, Translator
+from seq2seq.directions import DirectionError, tag_piece
 from seq2seq.serving.batcher import MicroBatcher
 from seq2seq.serving.keys import ApiKeys, KeyRefused
 from seq2seq.serving.limits import bounded, check_cost
@@ -42,6 +45,10 @@ class DecodingOptions(BaseModel):
 
     # Strict: JSON true is not beam 1, nor "5" a beam of 5 (lax pydantic would take both).
     model: str | None = Field(None, description="a name from /models (default: the first)")
+    target_lang: str | None = Field(None, description="the language to translate into: a "
+                                    "multilingual model's direction (one of its /models directions)")
+    source_lang: str | None = Field(None, description="the input's language, checked against "
+                                    "the model's directions")
     beam: StrictInt | None = Field(None, description="beam size; 1 = greedy")
     nbest: StrictInt | None = None
     lenpen: FiniteFloat | None = None
@@ -101,7 +108,7 @@ class AttentionRequest(DecodingOptions):
 def decoding_for(options: DecodingOptions, cfg: ServeConfig) -> DecodingConfig:
     """The request's ``DecodingConfig``, built exactly as ``seq2seq-translate`` builds it from
     flags, within the server's limits (``ValueError`` naming the option otherwise)."""
-    fields = options.model_dump(exclude={"model", "beam", "texts", "text"})
+    fields = options.model_dump(exclude={"model", "beam", "texts", "text", *DIRECTION})
     args = argparse.Namespace(beam_size=options.beam, max_tokens=cfg.max_batch_tokens, **fields)
     decoding = decoding_from_args(args)
     if decoding.method == "beam" and decoding.beam_size > cfg.max_beam:
@@ -113,7 +120,7 @@ def decoding_for(options: DecodingOptions, cfg: ServeConfig) -> DecodingConfig:
 
 def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> list[int]:
     """Source tokens of each text (+ EOS); 413 for a text over the limits."""
-    limit = served.translator.model.arch.max_positions - 1
+    limit = served.translator.model.arch.max_positions - 1 - served.source_tag_tokens
     for i, text in enumerate(texts):
         if len(text) > cfg.max_text_chars:
             raise HTTPException(413, f"text {i} has {len(text)} characters; this server takes at "
@@ -127,10 +134,11 @@ def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> li
 
 
 # ---------------------------------------------------------------- the work (worker thread)
-def translate_texts(served: ServedModel, decoding: DecodingConfig, texts: list[str],
-                    need_attention: bool = False) -> list[TranslationResult]:
+def translate_texts(served: ServedModel, decoding: DecodingConfig, direction: dict,
+                    texts: list[str], need_attention: bool = False) -> list[TranslationResult]:
     base = served.translator
-    return Translator(base.model, base.tokenizers, decoding).translate_full(texts, need_attention)
+    translator = Translator(base.model, base.tokenizers, decoding, None, base.directions, base.pair)
+    return translator.translate_full(texts, need_attention, **direction)
 
 
 def result_json(r: TranslationResult) -> dict:
@@ -139,11 +147,12 @@ def result_json(r: TranslationResult) -> dict:
             "confidence": r.confidence, "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
 
 
-def attention_json(r: TranslationResult) -> dict:
+def attention_json(r: TranslationResult, first: str = "<s>") -> dict:
     """Pieces and every attention weight of the 1-best, per kind, layer and head: lists
     ``[layer][head][query][key]``, exactly the weights ``--plot-attention`` draws.
     Encoder self: source x source; decoder self: target x decoder input (``<s>`` + target
-    minus its last piece; causal); cross: target x source."""
+    minus its last piece; causal; ``first``: a decoder-tag model's tag instead of ``<s>``);
+    cross: target x source."""
     a = r.attention
     assert a is not None
 
@@ -151,7 +160,7 @@ def attention_json(r: TranslationResult) -> dict:
         return [w[0].float().cpu().tolist() for w in layers]
 
     return {**result_json(r), "src_pieces": r.src_pieces, "tgt_pieces": r.tgt_pieces,
-            "tgt_in_pieces": ["<s>", *r.tgt_pieces[:-1]],
+            "tgt_in_pieces": [first, *r.tgt_pieces[:-1]],
             "attention": {"encoder_self": heads(a.encoder_self),
                           "decoder_self": heads(a.decoder_self),
                           "cross": heads(a.decoder_cross)}}
@@ -181,6 +190,16 @@ class Server:
             raise HTTPException(404, f"unknown model {name!r}; available: {sorted(self.models)}")
         return served
 
+    def direction(self, served: ServedModel, options: DecodingOptions) -> dict:
+        """The request's direction, as ``Translator.translate_full`` takes it; 422 naming
+        the model's directions when it has no such direction."""
+        direction = {k: getattr(options, k) for k in DIRECTION}
+        try:
+            served.translator.tag_for(**direction)
+        except DirectionError as e:
+            raise HTTPException(422, f"model {served.name!r}: {e}") from None
+        return direction
+
     def decoding(self, options: DecodingOptions) -> DecodingConfig:
         try:
             return decoding_for(options, self.cfg)
@@ -195,35 +214,40 @@ class Server:
             except KeyRefused as e:
                 raise HTTPException(e.status, e.message) from None
 
-    async def run(self, served: ServedModel, decoding: DecodingConfig,
-                  texts: list[str]) -> list[TranslationResult]:
-        """``texts`` translated on the batcher, within the server's limits."""
+    async def run(self, served: ServedModel, decoding: DecodingConfig, texts: list[str],
+                  direction: dict | None = None) -> list[TranslationResult]:
+        """``texts`` translated on the batcher in ``direction`` (``target_lang``,
+        ``source_lang``: checked by :meth:`direction`), within the server's limits."""
+        direction = direction or {}
         if len(texts) > self.cfg.max_texts:
             raise HTTPException(413, f"{len(texts)} texts; this server takes at most "
                                      f"{self.cfg.max_texts} per request")
         tokens = source_tokens(served, texts, self.cfg)
         costs = check_cost(tokens, decoding, served.translator.model.arch, self.cfg)
         # Sampling draws depend on the batch: a sampled request never shares a call.
-        key = object() if decoding.method == "sample" else (served.name, repr(decoding))
-        work = partial(translate_texts, served, decoding)
+        key = object() if decoding.method == "sample" else (
+            served.name, repr(decoding), tuple(sorted(direction.items())))
+        work = partial(translate_texts, served, decoding, direction)
         return await self.batcher.submit(key, texts, costs, work)
 
     async def translate(self, req: TranslateRequest, request: Request) -> dict:
         served, decoding = self.model(req.model), self.decoding(req)
-        results = await bounded(request, self.run(served, decoding, req.texts),
+        direction = self.direction(served, req)
+        results = await bounded(request, self.run(served, decoding, req.texts, direction),
                                 self.cfg.request_timeout_s)
         return {"model": served.name, "results": [result_json(r) for r in results]}
 
     async def attention(self, req: AttentionRequest, request: Request) -> dict:
         served, decoding = self.model(req.model), self.decoding(req)
+        direction = self.direction(served, req)
         tokens = source_tokens(served, [req.text], self.cfg)
         check_cost(tokens, decoding, served.translator.model.arch, self.cfg, attention=True)
-        work = partial(translate_texts, served, decoding, need_attention=True)
+        work = partial(translate_texts, served, decoding, direction, need_attention=True)
         results = await bounded(request, self.batcher.call(work, [req.text]),
                                 self.cfg.request_timeout_s)
         if results[0].attention is None:
             raise HTTPException(422, "nothing to translate: the text is blank (or has no pieces)")
-        return {"model": served.name, **attention_json(results[0])}
+        return {"model": served.name, **attention_json(results[0], first_piece(served, direction))}
 
     def models_json(self) -> list[dict]:
         return [m.describe() for m in self.models.values()]
@@ -232,6 +256,17 @@ class Server:
         b = self.batcher
         return {"status": "ok", "models": list(self.models), "requests": b.requests,
                 "model_calls": b.model_calls, "rss_mb": rss_mb()}
+
+
+DIRECTION = ("target_lang", "source_lang")  # request fields = Translator keywords
+
+
+def first_piece(served: ServedModel, direction: dict) -> str:
+    """The decoder's first input: ``<s>``, or a decoder-tag model's target-language tag."""
+    d = served.translator.directions
+    if d is None or d.tag_position != "decoder":
+        return "<s>"
+    return tag_piece(d.resolve(direction.get("source_lang"), direction.get("target_lang"))[1])
 
 
 def rss_mb() -> float | None:

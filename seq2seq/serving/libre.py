@@ -6,7 +6,8 @@ given ``http://HOST:PORT/libretranslate/`` as its URL. Endpoints: ``POST /transl
 ``POST /detect``, ``GET /languages``, ``GET /frontend/settings``. Parameters are read as
 LibreTranslate reads them: a JSON object body, or else form fields (url-encoded or
 multipart) and query-string parameters (on a POST too). Models are chosen by language
-pair; ``source: "auto"`` detects among the served source languages (:mod:`langid`).
+pair (a multilingual model serves each of its directions); ``source: "auto"`` detects among
+the served source languages (:mod:`langid`).
 Translation is ``seq2seq-translate``'s default decoding (``alternatives: N`` asks a beam of
 ``max(5, N + 1)`` for its N + 1 best). Errors are ``{"error": "..."}`` with LibreTranslate's
 statuses: 400 bad request, 403 API key, 429 rate limit, 500 translation failure.
@@ -82,8 +83,11 @@ class LibreTranslate:
     def __init__(self, server: Server):
         self.server = server
         self.pairs: dict[tuple[str, str], ServedModel] = {}
+        self.asked: dict[tuple[str, str], tuple[str, str]] = {}  # lowercased -> as the model spells it
         for served in server.models.values():  # the first model of a pair serves it
-            self.pairs.setdefault((served.src_lang.lower(), served.tgt_lang.lower()), served)
+            for src, tgt in served.pairs:  # a multilingual model: each of its directions
+                self.pairs.setdefault((src.lower(), tgt.lower()), served)
+                self.asked.setdefault((src.lower(), tgt.lower()), (src, tgt))
         self.detector = LanguageDetector([src for src, _ in self.pairs])
         self.max_alternatives = min(server.cfg.max_beam, server.cfg.max_nbest) - 1
 
@@ -115,8 +119,10 @@ class LibreTranslate:
         if source == target or not texts:
             return [(t, []) for t in texts]
         try:
-            results = await self.server.run(self.pairs[(source, target)],
-                                            self._decoding(alternatives), texts)
+            served = self.pairs[(source, target)]
+            src, tgt = self.asked[(source, target)]
+            direction = {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
+            results = await self.server.run(served, self._decoding(alternatives), texts, direction)
         except HTTPException as e:
             raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
                                 e.detail) from None

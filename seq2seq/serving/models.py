@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
 from seq2seq.decoding.translator import Translator
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -18,17 +17,35 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 class ServedModel:
     name: str
     translator: Translator  # its DecodingConfig is not used: each request brings its own
-    src_lang: str
-    tgt_lang: str
+    src_lang: str | None  # a single-direction model's pair ("?" where unrecorded);
+    tgt_lang: str | None  # None for a multilingual model (see pairs)
+
+    @property
+    def multilingual(self) -> bool:
+        return self.translator.directions is not None
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (source, target) this model translates."""
+        if self.translator.directions is not None:
+            return list(self.translator.directions.pairs)
+        return [(str(self.src_lang), str(self.tgt_lang))]
 
     def describe(self) -> dict:
         arch = self.translator.model.arch
         return {
             "name": self.name, "src_lang": self.src_lang, "tgt_lang": self.tgt_lang,
+            "directions": [f"{a}-{b}" for a, b in self.pairs], "multilingual": self.multilingual,
             "encoder_layers": arch.encoder_layers, "decoder_layers": arch.decoder_layers,
             "heads": arch.n_heads, "d_model": arch.d_model,
-            "max_source_tokens": arch.max_positions - 1,
+            "max_source_tokens": arch.max_positions - 1 - self.source_tag_tokens,
         }
+
+    @property
+    def source_tag_tokens(self) -> int:
+        """Positions the target-language tag takes on the source (1 for a source-tag model)."""
+        d = self.translator.directions
+        return int(d is not None and d.tag_position == "source")
 
 
 def parse_spec(spec: str) -> tuple[str, Path]:
@@ -50,7 +67,9 @@ def load_models(specs: list[str], device: str | torch.device = "cpu") -> dict[st
         if name in models:
             raise ValueError(f"-m {spec}: a model named {name!r} was given twice; name them "
                              "with -m NAME=PATH")
-        meta = load_checkpoint(path)["seq2seq"]
         translator = Translator.from_checkpoint(path, device=device)
-        models[name] = ServedModel(name, translator, meta.get("src_lang", "?"), meta.get("tgt_lang", "?"))
+        src, tgt = translator.pair
+        if translator.directions is None:  # an old checkpoint without its pair: "?"
+            src, tgt = src or "?", tgt or "?"
+        models[name] = ServedModel(name, translator, src, tgt)
     return models

@@ -276,6 +276,9 @@ function requestBody() {
   // score = mean log-prob per piece (the "average" length penalty): confidence = e^score
   const body = { text: $("text").value, beam, nbest: Math.min(beam, 5), length_penalty: "average" };
   if ($("model").value) body.model = $("model").value;
+  if (!$("direction-box").hidden) {  // a multilingual model: "en-de" -> source and target
+    [body.source_lang, body.target_lang] = $("direction").value.split("-");
+  }
   return body;
 }
 
@@ -301,18 +304,32 @@ async function translate(event) {
   }
 }
 
+let models = [];
+
+// The direction picker: shown only for a multilingual model, listing its directions.
+function showDirections() {
+  const m = models.find((x) => x.name === $("model").value);
+  const multilingual = Boolean(m && m.multilingual);
+  $("direction-box").hidden = !multilingual;
+  $("direction").replaceChildren(...(multilingual ? m.directions : []).map(
+    (d) => new Option(d.replace("-", " → "), d)));
+}
+
 async function loadModels() {
   try {
-    const models = await (await fetch("models")).json();
+    models = await (await fetch("models")).json();
     for (const m of models) {
-      $("model").add(new Option(`${m.name} (${m.src_lang} → ${m.tgt_lang})`, m.name));
+      const label = m.multilingual ? `${m.directions.length} directions` : `${m.src_lang} → ${m.tgt_lang}`;
+      $("model").add(new Option(`${m.name} (${label})`, m.name));
     }
+    showDirections();
   } catch (error) {
     status(`cannot list the models: ${error.message}`, true);
   }
 }
 
 $("form").addEventListener("submit", translate);
+$("model").addEventListener("change", showDirections);
 $("method").addEventListener("change", () => { $("beam").disabled = $("method").value !== "beam"; });
 $("kind").addEventListener("change", () => { if (data) build(); });
 $("units").addEventListener("change", () => { if (data) { pinned = 0; buildPieces(); update(); } });
