@@ -279,3 +279,32 @@ def test_multilingual_run_needs_shared_embeddings(corpus, tmp_path, capsys):
               "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("seq2seq-train")]
     assert exc.value.code == 2 and len(errors) == 1 and "--model.arch.share_embeddings" in errors[0], errors
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("multi30k_en_de_both_tiny", "en<>de"),
+    ("multi30k_en_de_fr_tiny", "all:en,de,fr"),
+    ("multi30k_en_de_fr_cs_tiny", "en<>de,fr,cs"),
+])
+def test_shipped_multilingual_configs(name, spec):
+    """Each study config is the En->De Tiny recipe with directions (the model unchanged)."""
+    from seq2seq.cli.train import build_cli
+
+    cli = build_cli(["-c", str(ROOT / "configs" / f"{name}.yaml")], run=False)
+    base = build_cli(["-c", str(ROOT / "configs" / "multi30k_en_de_tiny.yaml")], run=False)
+    assert cli.datamodule.config.model_directions == Directions(parse_pairs(spec), "source")
+    assert cli.model.arch == base.model.arch and cli.model.optim == base.model.optim
+    assert cli.datamodule.config.tokenizer == base.datamodule.config.tokenizer
+
+
+def test_curves_draw_each_direction():
+    from matplotlib.figure import Figure
+
+    from seq2seq.plotting import _plot_directions
+
+    val = [{"step": s, "val_bleu": 1.0 + s, "val_bleu/en-de": 2.0 + s, "val_bleu/de-en": s}
+           for s in (10, 20)]
+    ax = Figure().subplots()
+    _plot_directions(ax, val, "", several=False)
+    lines = {line.get_label(): line.get_ydata().tolist() for line in ax.get_lines()}
+    assert lines == {"de-en": [10, 20], "en-de": [12, 22]}
