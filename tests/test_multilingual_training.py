@@ -305,6 +305,6 @@ def test_curves_draw_each_direction():
     val = [{"step": s, "val_bleu": 1.0 + s, "val_bleu/en-de": 2.0 + s, "val_bleu/de-en": s}
            for s in (10, 20)]
     ax = Figure().subplots()
-    _plot_directions(ax, val, "", several=False)
+    _plot_directions(ax, val, "", None)
     lines = {line.get_label(): line.get_ydata().tolist() for line in ax.get_lines()}
     assert lines == {"de-en": [10, 20], "en-de": [12, 22]}

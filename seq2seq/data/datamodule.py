@@ -192,7 +192,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             for d, name in enumerate(self.directions.names()):
                 a, b = self.directions.pairs[d]
                 lines = self.val_dataset.select(rows.of(d))
-                self.val_sets[name] = (lines[a], lines[b])
+                self.val_sets[name] = (list(lines[a]), list(lines[b]))
 
     @property
     def src_vocab_size(self) -> int:
