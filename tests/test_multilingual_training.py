@@ -9,6 +9,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -228,7 +229,9 @@ def test_different_directions():
 # ---------------------------------------------------------------- end to end
 @pytest.mark.parametrize("tag_position", ["source", "decoder"])
 def test_train_checkpoint_translate_every_direction(corpus, tmp_path, tag_position):
+    from seq2seq.checkpoint import config_of
     from seq2seq.cli.train import build_cli
+    from seq2seq.cli.train_checks import check_resume
     from seq2seq.decoding.translator import Translator
     from seq2seq.training.module import _same_run
 
@@ -266,6 +269,14 @@ def test_train_checkpoint_translate_every_direction(corpus, tmp_path, tag_positi
     for other in (None, Directions(parse_pairs("en<>de"), tag_position)):
         with pytest.raises(CheckpointError, match="DataConfig.directions"):
             _same_run(meta, tokenizers, None, "ckpt", other)
+    # and refused before any data is prepared: --ckpt_path with other directions
+    module = SimpleNamespace(arch=config_of(meta), init_from=None)
+    for spec_other in ("en<>de", None):
+        data = SimpleNamespace(config=DataConfig(data_dir=str(corpus), directions=spec_other))
+        with pytest.raises(ValueError, match="--ckpt_path .*DataConfig.directions"):
+            check_resume(module, data, ckpt_path)
+    same = SimpleNamespace(config=DataConfig(data_dir=str(corpus), directions=spec, tag_position=tag_position))
+    check_resume(module, same, ckpt_path)
 
 
 def test_multilingual_run_needs_shared_embeddings(corpus, tmp_path, capsys):
