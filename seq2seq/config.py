@@ -8,78 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
+from seq2seq.directions import DirectionError, Directions, parse_pairs
+from seq2seq.fields import ConfigError, check_fields, positive, probability
 from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
 
 Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Positional = Literal["sinusoidal", "learned", "rope"]
 Activation = Literal["relu", "gelu", "silu"]  # silu = swish (OPUS-MT)
-
-
-class ConfigError(ValueError):
-    """A config value or key is invalid; the message names the field."""
-
-
-def _check_fields(obj: Any) -> None:
-    """Refuse, naming the field, a value of the wrong type (``"32"`` for an int, from a YAML
-    file or an edited checkpoint), a non-finite float, an int beyond 64 bits, or a value
-    outside a field's ``Literal[...]`` choices."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        hint, value = hints[f.name], getattr(obj, f.name)
-        where = f"{type(obj).__name__}.{f.name}"
-        choices = get_args(hint) if typing.get_origin(hint) is Literal else ()
-        if choices and value not in choices:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
-        if not choices and not _fits(value, hint):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where} must be a finite number, got {value!r}")
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            raise ConfigError(f"{where}={value} is out of range (64-bit integers)")
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` has the type ``hint`` names (ints pass for floats, bools for neither)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, h) for h in get_args(hint))
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True  # a form not checked here
-
-
-def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_describe(h) for h in get_args(hint))
-    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-
-def _positive(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value <= 0:
-            raise ConfigError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
-
-
-def _probability(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not 0.0 <= value < 1.0:
-            raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
 
 
 @dataclass
@@ -112,12 +51,12 @@ class ModelConfig:
     eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        _positive(
+        check_fields(self)
+        positive(
             self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_k", "d_v",
             "d_ff", "encoder_layers", "decoder_layers", "max_positions", "norm_eps",
         )
-        _probability(self, "dropout", "attention_dropout", "activation_dropout")
+        probability(self, "dropout", "attention_dropout", "activation_dropout")
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < self.tgt_vocab_size:
                 raise ConfigError(f"ModelConfig.{name} must be in [0, tgt_vocab_size="
@@ -186,8 +125,8 @@ class DecodingConfig:
     max_tokens: int = 2000
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        _positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience")
+        check_fields(self)
+        positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience")
         if self.nbest > self.beam_size and self.method == "beam":
             raise ConfigError(
                 f"DecodingConfig.nbest={self.nbest} cannot exceed beam_size={self.beam_size}"
@@ -228,8 +167,8 @@ class TokenizerConfig:
     num_threads: int = 8
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        _positive(self, "vocab_size", "input_sentence_size", "num_threads")
+        check_fields(self)
+        positive(self, "vocab_size", "input_sentence_size", "num_threads")
         if not 0.0 < self.character_coverage <= 1.0:
             raise ConfigError(
                 f"TokenizerConfig.character_coverage must be in (0, 1], got {self.character_coverage}"
@@ -250,6 +189,15 @@ class DataConfig:
     data_dir: str | None = None  # None: the shipped Multi30k, from any folder (seq2seq.shipped)
     src_lang: str = "de"
     tgt_lang: str = "en"
+    # several directions at once (one model, a target-language tag): "en-de,de-en", a list of
+    # such, "all:en,de,fr" (every ordered pair) or "en<>de,fr" (to and from en); Multi30k only.
+    # None: src_lang -> tgt_lang alone, no tag. Needs a joint tokenizer and shared embeddings.
+    directions: str | list[str] | None = None
+    # where the tag <2xx> goes: first source token, or the decoder's first input (for BOS)
+    tag_position: Literal["source", "decoder"] = "source"
+    # each epoch, direction d gets a share of the training pairs proportional to n_d ** (1 / T)
+    # (n_d: its pairs): T=1 proportional, large T uniform; 5 as in Arivazhagan et al. (2019)
+    direction_temperature: float = 5.0
     train_split: str = "train"
     valid_split: str = "val"
     format: Literal["text", "tsv", "jsonl", "hub"] = "text"
@@ -281,8 +229,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = from_dict(TokenizerConfig, self.tokenizer, "DataConfig.tokenizer")
-        _check_fields(self)
-        _positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc", "shuffle_buffer")
+        check_fields(self)
+        positive(self, "max_tokens", "max_len", "max_len_ratio", "num_proc", "shuffle_buffer")
         if self.corpus not in (None, "multi30k"):
             raise ConfigError(
                 f"DataConfig.corpus: {self.corpus!r} is not one of ['multi30k', None]"
@@ -300,6 +248,31 @@ class DataConfig:
         if not 0.0 <= self.subword_alpha < 1.0:
             raise ConfigError(f"DataConfig.subword_alpha must be in [0, 1), got {self.subword_alpha}")
         self._check_sources()
+        self._check_directions()
+
+    @property
+    def model_directions(self) -> Directions | None:
+        """The directions of a multilingual run (None: one direction, src_lang -> tgt_lang)."""
+        if self.directions is None:
+            return None
+        return Directions(parse_pairs(self.directions, "DataConfig.directions"), self.tag_position)
+
+    def _check_directions(self) -> None:
+        if not self.direction_temperature > 0:
+            raise ConfigError("DataConfig.direction_temperature must be > 0, got "
+                              f"{self.direction_temperature}")
+        if self.directions is None:
+            return
+        try:
+            self.model_directions  # noqa: B018 (parsed for its errors)
+        except DirectionError as e:
+            raise ConfigError(str(e)) from None
+        if self.corpus is None:
+            raise ConfigError("DataConfig.directions needs corpus='multi30k' (one file per "
+                              "language); explicit files give one direction: set src_lang/tgt_lang")
+        if not self.tokenizer.joint:
+            raise ConfigError("DataConfig.directions needs a joint tokenizer "
+                              "(DataConfig.tokenizer.joint=true): the tags live in one vocabulary")
 
     def _check_sources(self) -> None:
         """The fields the chosen source needs must be set."""
@@ -346,10 +319,10 @@ class OptimConfig:
     loss_chunk: int = 256  # measured: 128-1024 within 10% on 2 cores (d 128, V 8k)
 
     def __post_init__(self) -> None:
-        _check_fields(self)
-        _positive(self, "lr", "eps", "loss_chunk")
-        _probability(self, "label_smoothing")
-        _positive(self, "decay_start")
+        check_fields(self)
+        positive(self, "lr", "eps", "loss_chunk")
+        probability(self, "label_smoothing")
+        positive(self, "decay_start")
         if self.warmup_steps < 0 or self.weight_decay < 0:
             raise ConfigError("OptimConfig.warmup_steps and weight_decay must be >= 0, got "
                               f"{self.warmup_steps} and {self.weight_decay}")
@@ -399,7 +372,7 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
-        _positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
+        positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
                   "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",

@@ -134,3 +134,17 @@ def directions_of(meta: dict[str, Any], where: str = "checkpoint") -> Directions
     """A checkpoint's directions (``None``: a single-direction model, no tag)."""
     state = meta.get("directions")
     return None if state is None else Directions.from_state(state, f"{where}: directions")
+
+
+def different_directions(saved: Directions | None, ours: Directions | None) -> str | None:
+    """Why a model trained for ``saved`` cannot train on for ``ours`` (``None``: it can: the
+    same directions in any order, the tag in the same place; or both single-direction)."""
+    if saved == ours or (saved is not None and ours is not None and set(saved.pairs) == set(ours.pairs)
+                         and saved.tag_position == ours.tag_position):
+        return None
+
+    def say(d: Directions | None) -> str:
+        return "one direction (no tag)" if d is None else \
+            f"{', '.join(d.names())} (tag on the {d.tag_position})"
+
+    return f"translates {say(saved)}, but the data is {say(ours)} (DataConfig.directions)"

@@ -134,15 +134,25 @@ def plot_training_curves(runs: dict, path: str | os.PathLike) -> Path:
         if val_bleu:
             ax_bleu.plot([r["step"] for r in val_bleu], [r["val_bleu"] for r in val_bleu], "o-",
                          color=color, label=name or None)
+        _plot_directions(ax_bleu, val, label, color if len(runs) > 1 else None)
     for ax, title in ((ax_loss, "loss (label-smoothed CE)"), (ax_bleu, "validation BLEU (greedy)"),
                       (ax_lr, "learning rate")):
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     _legend(ax_loss, fontsize=7)
-    if len(runs) > 1:
-        _legend(ax_bleu, fontsize=8)
+    _legend(ax_bleu, fontsize=8)  # several runs, or directions; one run's mean has no label
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
     return path
+
+
+def _plot_directions(ax, val: list[dict], label: str, color: str | None) -> None:
+    """The BLEU of each direction of a multilingual run (``val_bleu/en-de``), thin dashed
+    lines beside the mean: each direction its own color, or all the run's ``color``."""
+    names = sorted({k.split("/", 1)[1] for r in val for k in r if k.startswith("val_bleu/")})
+    for j, direction in enumerate(names):
+        points = [r for r in val if f"val_bleu/{direction}" in r]
+        ax.plot([r["step"] for r in points], [r[f"val_bleu/{direction}"] for r in points], "--",
+                lw=0.8, color=color or f"C{j + 1}", label=f"{label}{direction}")

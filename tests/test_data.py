@@ -22,6 +22,7 @@ from seq2seq.data.prepare import load_split
 from seq2seq.data.sampler import TokenBudgetSampler
 from seq2seq.data.sources import (
     MULTI30K_LANGS,
+    MULTI30K_PARTIAL,
     MULTI30K_SPLITS,
     read_lines,
     resolve_corpus,
@@ -69,8 +70,9 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
 # -- corpus resolution ---------------------------------------------------------------------
 def test_multi30k_files_resolve():
     for split in MULTI30K_SPLITS:
-        for src in MULTI30K_LANGS:
-            tgt = next(lang for lang in MULTI30K_LANGS if lang != src)
+        langs = [lang for lang in MULTI30K_LANGS if split in MULTI30K_PARTIAL.get(lang, MULTI30K_SPLITS)]
+        for src in langs:
+            tgt = next(lang for lang in langs if lang != src)
             cfg = DataConfig(data_dir=str(DATA), src_lang=src, tgt_lang=tgt)
             src_path, tgt_path = resolve_corpus(cfg, split)
             assert src_path.is_file() and tgt_path.is_file()
@@ -79,8 +81,11 @@ def test_multi30k_files_resolve():
 
 def test_unknown_language_or_split():
     with pytest.raises(ValueError) as exc:
-        resolve_corpus(DataConfig(src_lang="cs"), "train")
-    assert "'cs'" in one_line(exc) and "'fr'" in str(exc.value)
+        resolve_corpus(DataConfig(src_lang="ja"), "train")
+    assert "'ja'" in one_line(exc) and "'cs'" in str(exc.value)
+    with pytest.raises(ValueError) as exc:  # Czech: train, val and test_2016_flickr only
+        resolve_corpus(DataConfig(tgt_lang="cs"), "test_2017_flickr")
+    assert "tgt_lang" in one_line(exc) and "test_2016_flickr" in str(exc.value)
     with pytest.raises(ValueError) as exc:
         resolve_corpus(DataConfig(), "test_2018")
     assert "'test_2018'" in one_line(exc) and "test_2017_mscoco" in str(exc.value)

@@ -195,7 +195,7 @@ def test_unknown_test_set_via_script(ckpts):
 @pytest.mark.parametrize("argv, needles", [
     (["--split", "test_2018"], ["--split", "'test_2018'", "test_2016_flickr", "val"]),
     (["--split", "train"], ["--split", "'train'"]),  # not a test set
-    (["--src-lang", "cs"], ["--source-lang", "'cs'", "fr"]),  # the old spelling: an alias
+    (["--src-lang", "ja"], ["--source-lang", "'ja'", "fr"]),  # the old spelling: an alias
     (["--src-lang", "de", "--tgt-lang", "de"], ["both 'de'"]),
     (["--src-file", "x.de"], ["--src-file and --ref-file"]),
     (["--src-file", "x.de", "--ref-file", "x.en", "--split", "val"], ["not both"]),

@@ -61,7 +61,7 @@ TEST_SETS = ("multi30k",)
 # Copies of data.MULTI30K_LANGS and the held-out part of data.MULTI30K_SPLITS (a test checks
 # they agree): importing ``data`` pulls in datasets + lightning, seconds before an argument
 # error could be reported.
-MULTI30K_LANGS = ("en", "de", "fr")
+MULTI30K_LANGS = ("en", "de", "fr", "cs")
 EVAL_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "val")
 DEFAULT_SPLIT = "test_2016_flickr"
 DEFAULT_HYP_DIR = "hyps"

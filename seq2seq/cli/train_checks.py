@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import Callback
 
 from seq2seq.checkpoint import config_of, load_checkpoint, stale_temporaries, tokenizers_of
 from seq2seq.config import ConfigError
+from seq2seq.directions import different_directions, directions_of
 from seq2seq.files import kind_of, lock_folder, unlock
 from seq2seq.training.callbacks import load_training_checkpoint
 
@@ -286,6 +287,8 @@ def use_init_from_tokenizers(module, datamodule) -> None:
     if getattr(module, "init_from", None):
         where = f"--model.init_from {module.init_from}"
         meta = load_checkpoint(module.init_from)["seq2seq"]
+        if (problem := different_directions(directions_of(meta, where), datamodule.config.model_directions)):
+            raise ValueError(f"{where} {problem}")
         datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
 
 
@@ -305,6 +308,9 @@ def check_resume(module, datamodule, ckpt_path) -> None:
     if diff:
         raise ValueError(f"--ckpt_path {ckpt_path}: its model differs from the configured one in "
                          f"{diff} (the checkpoint's values); resume with the run's own config")
+    ours = datamodule.config.model_directions
+    if (problem := different_directions(directions_of(meta, f"--ckpt_path {ckpt_path}"), ours)) is not None:
+        raise ValueError(f"--ckpt_path {ckpt_path} {problem}")
     pair = (meta.get("src_lang"), meta.get("tgt_lang"))
     data = (datamodule.config.src_lang, datamodule.config.tgt_lang)
     if None not in pair and pair != data:

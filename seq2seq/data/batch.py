@@ -162,12 +162,18 @@ def collate(
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    tag_position: str | None = None,
 ) -> Batch:
     """Examples with ``src_ids``/``tgt_ids`` (and optionally ``id``) -> ``Batch``; or the
-    same as columns: ``{"src_ids": Ragged, "tgt_ids": Ragged, "id": (B,) array}``.
+    same as columns: ``{"src_ids": Ragged, "tgt_ids": Ragged, "id": (B,) array}``, with
+    ``"tag": (B,)`` target-language tag ids when ``tag_position`` is ``"source"`` (``[tag] x
+    [eos]``) or ``"decoder"`` (``[tag] y``: the tag replaces BOS).
 
-    The only place bos/eos are added.
+    The only place bos/eos (and tags) are added.
     """
+    tags = None
+    if tag_position is not None:
+        tags = np.asarray(examples["tag"] if isinstance(examples, Mapping) else [ex["tag"] for ex in examples])
     if isinstance(examples, Mapping):
         src, tgt, ids = examples["src_ids"], examples["tgt_ids"], torch.as_tensor(examples["id"], dtype=torch.long)
     else:
@@ -175,8 +181,8 @@ def collate(
         tgt = [ex["tgt_ids"] for ex in examples]
         ids = torch.tensor([ex.get("id", -1) for ex in examples], dtype=torch.long)
     batch = Batch(
-        src=collate_src(src, pad_id, eos_id),
-        tgt_in=collate_tgt_in(tgt, pad_id, bos_id),
+        src=collate_src(src, pad_id, eos_id, tags if tag_position == "source" else None),
+        tgt_in=collate_tgt_in(tgt, pad_id, tags if tag_position == "decoder" else bos_id),
         tgt_out=_pad(tgt, pad_id, None, eos_id),
         ids=ids,
         pad_id=pad_id,

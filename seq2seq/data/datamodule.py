@@ -17,6 +17,14 @@ from torch.utils.data import DataLoader
 
 from seq2seq.config import DataConfig
 from seq2seq.data.batch import Ragged, collate
+from seq2seq.data.multi import (
+    DirectionRows,
+    direction_batch,
+    direction_rows,
+    multi_tokenizers,
+    tag_ids,
+    tokenized_lines,
+)
 from seq2seq.data.prepare import (
     column,
     draw_seed,
@@ -24,7 +32,7 @@ from seq2seq.data.prepare import (
     load_or_train_tokenizers,
     tokenized_split,
 )
-from seq2seq.data.sampler import TokenBudgetSampler
+from seq2seq.data.sampler import DirectionSampler, TokenBudgetSampler
 from seq2seq.data.tokenizer import TokenizerPair
 
 
@@ -82,6 +90,30 @@ class IndexedPairs(torch.utils.data.Dataset):
         return self.__getitems__([index])  # a batch of one
 
 
+class DirectionPairs(torch.utils.data.Dataset):
+    """The pairs of several directions (``DirectionRows``) over one tokenized line dataset
+    for the DataLoader: a batch is one gather of its lines, each pair with its direction's
+    target-language tag id (``tags``, one per direction) for ``collate``."""
+
+    def __init__(self, ds: datasets.Dataset, rows: DirectionRows, tags: np.ndarray,
+                 sampling: SubwordSampling | None = None) -> None:
+        langs = list(dict.fromkeys(lang for pair in rows.pairs for lang in pair))
+        text = langs if sampling is not None else []
+        self.ds = ds.select_columns([f"{lang}_ids" for lang in langs] + text).with_format("arrow")
+        self.rows, self.tags, self.sampling = rows, tags, sampling
+
+    def __len__(self) -> int:
+        return len(self.rows.lines)
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        idx = np.asarray(indices, dtype=np.int64)
+        table = self.ds[self.rows.lines[idx].tolist()]  # pa.Table
+        return direction_batch(table, self.rows, idx, self.tags, self.sampling)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])
+
+
 def _ragged(column: pa.ChunkedArray) -> Ragged:
     lists = column.combine_chunks()
     return Ragged(lists.flatten().to_numpy(), pc.list_value_length(lists).to_numpy())
@@ -104,6 +136,11 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         self.val_dataset: datasets.Dataset | None = None
         self.val_src_texts: list[str] = []
         self.val_ref_texts: list[str] = []
+        # several directions (DataConfig.directions): their pairs, and per direction name
+        # ("en-de") the validation sources and references
+        self.directions = self.config.model_directions
+        self.rows: dict[str, DirectionRows] = {}
+        self.val_sets: dict[str, tuple[list[str], list[str]]] = {}
 
     def use_tokenizers(self, tokenizers: TokenizerPair) -> None:
         """Use these (e.g. from a checkpoint) instead of the cached/trained ones."""
@@ -113,6 +150,11 @@ class Seq2SeqDataModule(pl.LightningDataModule):
     def prepare_data(self) -> None:
         """Train/cache the tokenizers and the tokenized splits (local rank 0 under Lightning)."""
         cfg = self.config
+        if self.directions is not None:
+            tok = (self.tokenizers or multi_tokenizers(cfg, self.directions)).src
+            tokenized_lines(cfg, cfg.train_split, tok, self.directions.languages, cfg.subword_alpha > 0)
+            tokenized_lines(cfg, cfg.valid_split, tok, self.directions.languages, True)
+            return
         tokenizers = self.tokenizers or load_or_train_tokenizers(cfg)
         if not cfg.streaming:  # a streamed training split is tokenized as it is read
             tokenized_split(cfg, cfg.train_split, tokenizers, train=True)
@@ -121,6 +163,9 @@ class Seq2SeqDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Load what ``prepare_data`` cached (building it if it is missing)."""
         cfg = self.config
+        if self.directions is not None:
+            self._setup_directions(stage)
+            return
         if self.tokenizers is None:
             self.tokenizers = load_or_train_tokenizers(cfg)
         if stage in (None, "fit") and self.train_dataset is None and not cfg.streaming:
@@ -129,6 +174,25 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             self.val_dataset = tokenized_split(cfg, cfg.valid_split, self.tokenizers, train=False)
             self.val_src_texts = list(self.val_dataset["src"])
             self.val_ref_texts = list(self.val_dataset["tgt"])
+
+    def _setup_directions(self, stage: str | None) -> None:
+        """One tokenized line dataset per split; each direction's pairs are rows of it."""
+        cfg, langs = self.config, self.directions.languages
+        if self.tokenizers is None:
+            self.tokenizers = multi_tokenizers(cfg, self.directions)
+        tok = self.tokenizers.src
+        if stage in (None, "fit") and self.train_dataset is None:
+            self.train_dataset = tokenized_lines(cfg, cfg.train_split, tok, langs, cfg.subword_alpha > 0)
+            self.rows["train"] = direction_rows(self.train_dataset, self.directions, cfg.max_len,
+                                                cfg.max_len_ratio, f"multi30k {cfg.train_split}")
+        if stage in (None, "fit", "validate") and self.val_dataset is None:
+            self.val_dataset = tokenized_lines(cfg, cfg.valid_split, tok, langs, True)
+            rows = self.rows["val"] = direction_rows(self.val_dataset, self.directions, cfg.max_len,
+                                                     None, f"multi30k {cfg.valid_split}")
+            for d, name in enumerate(self.directions.names()):
+                a, b = self.directions.pairs[d]
+                lines = self.val_dataset.select(rows.of(d))
+                self.val_sets[name] = (list(lines[a]), list(lines[b]))
 
     @property
     def src_vocab_size(self) -> int:
@@ -169,20 +233,26 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         if ds is None:
             raise RuntimeError("Seq2SeqDataModule: call setup() before asking for a dataloader")
         rank, world = self._rank()
-        sampler = TokenBudgetSampler(
-            column(ds, "src_len") + 1,  # + eos
-            column(ds, "tgt_len") + 1,  # + bos (tgt_in) / eos (tgt_out)
-            self.config.max_tokens,
-            shuffle=shuffle,
-            seed=self.config.seed,
-            num_replicas=world,
-            rank=rank,
-        )
-        tok = self._tokenizers().tgt
+        cfg, tok = self.config, self._tokenizers().tgt
+        if self.directions is None:
+            dataset = IndexedPairs(ds, sampling)
+            lengths = column(ds, "src_len") + 1, column(ds, "tgt_len") + 1  # + eos, + bos/eos
+        else:
+            rows = self.rows["train" if shuffle else "val"]
+            dataset = DirectionPairs(ds, rows, tag_ids(self._tokenizers(), self.directions), sampling)
+            lengths = rows.src_len + 1, rows.tgt_len + 1  # a source tag is in src_len
+        if self.directions is not None and shuffle:
+            sampler = DirectionSampler(*lengths, self.rows["train"].direction, cfg.max_tokens,
+                                       cfg.direction_temperature, True, cfg.seed, world, rank)
+        else:
+            sampler = TokenBudgetSampler(*lengths, cfg.max_tokens, shuffle=shuffle, seed=cfg.seed,
+                                         num_replicas=world, rank=rank)
+        tag_position = None if self.directions is None else self.directions.tag_position
         return DataLoader(
-            IndexedPairs(ds, sampling),
+            dataset,
             batch_sampler=sampler,
-            collate_fn=partial(collate, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id),
+            collate_fn=partial(collate, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+                               tag_position=tag_position),
             num_workers=self.config.num_workers,
             persistent_workers=self.config.num_workers > 0,
             pin_memory=torch.cuda.is_available(),

@@ -148,20 +148,23 @@ def load_or_train_tokenizers(
     cfg: DataConfig, train: datasets.Dataset | None = None
 ) -> TokenizerPair:
     """Cached tokenizers for ``cfg``; trains (on the training split only) when absent."""
-    root = tokenizer_cache_dir(cfg)
     names = ("joint",) if cfg.tokenizer.joint else ("src", "tgt")
+    meta = {"tokenizer": dataclasses.asdict(cfg.tokenizer), "trained_on": describe_split(cfg, cfg.train_split)}
+    return cached_tokenizers(tokenizer_cache_dir(cfg), names, meta, _train_for, cfg, train)
+
+
+def cached_tokenizers(root: Path, names: Sequence[str], meta: dict[str, Any],
+                      train: Callable[..., TokenizerPair], *args: Any) -> TokenizerPair:
+    """The tokenizer(s) ``names`` (``joint``, or ``src`` and ``tgt``) stored in ``root``; when
+    absent, ``train(*args)`` in a child process, stored there with ``meta``."""
     if all((root / f"{n}.model").is_file() for n in names):
         toks = [Tokenizer.from_bytes((root / f"{n}.model").read_bytes()) for n in names]
         log.info("tokenizer cache hit: %s", root)
         return TokenizerPair(toks[0], toks[-1])
-    pair = in_child_process(_train_for, cfg, train)
+    pair = in_child_process(train, *args)
     with atomic_dir(root) as tmp:
         for name, tok in zip(names, (pair.src, pair.tgt), strict=False):
             (tmp / f"{name}.model").write_bytes(tok.to_bytes())
-        meta = {
-            "tokenizer": dataclasses.asdict(cfg.tokenizer),
-            "trained_on": describe_split(cfg, cfg.train_split),
-        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
     log.info("trained tokenizer(s) %s -> %s", pair, root)
     return pair

@@ -150,3 +150,68 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self.epoch, self.start_batch = int(state["epoch"]), int(state["start_batch"])
         self.seed = int(state.get("seed", self.seed))
+
+
+def direction_shares(counts: Sequence[int] | np.ndarray, temperature: float) -> np.ndarray:
+    """Each direction's share of an epoch, ``n_d ** (1 / T) / sum_e n_e ** (1 / T)``
+    (``n_d``: its pairs): ``T = 1`` proportional to its pairs, ``T -> inf`` uniform."""
+    n = np.asarray(counts, dtype=np.float64)
+    weights = np.where(n > 0, n / max(n.max(), 1.0), 0.0) ** (1.0 / temperature)  # scaled: no overflow
+    return weights / weights.sum()
+
+
+def direction_counts(counts: Sequence[int] | np.ndarray, temperature: float) -> np.ndarray:
+    """Pairs drawn per direction in one epoch: the shares of :func:`direction_shares` of as
+    many pairs as there are, rounded by largest remainder so that they sum to that number."""
+    total = int(np.sum(counts))
+    exact = direction_shares(counts, temperature) * total
+    out = np.floor(exact).astype(np.int64)
+    out[np.argsort(out - exact, kind="stable")[: total - int(out.sum())]] += 1
+    return out
+
+
+class DirectionSampler(TokenBudgetSampler):
+    """:class:`TokenBudgetSampler` over the pairs of several directions: each epoch draws
+    every direction's share (:func:`direction_counts` at ``temperature``) from its own pairs,
+    without replacement up to all of them (repeating them only when its share is larger),
+    from ``(seed, epoch)``; the draw is packed, shuffled, sharded and resumed exactly as the
+    parent does (same packing rule, same state), so batches mix directions.
+
+    ``directions (N,)``: the direction index of each pair (the lengths as the parent's).
+    ``len()`` is the current epoch's per-rank batch count (the draw sets it).
+    """
+
+    def __init__(self, lengths_src, lengths_tgt, directions: np.ndarray, max_tokens: int,
+                 temperature: float, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
+                 rank: int = 0) -> None:
+        super().__init__(lengths_src, lengths_tgt, max_tokens, shuffle, seed, num_replicas, rank)
+        directions = np.asarray(directions)
+        if directions.shape != self.sizes.shape:
+            raise ValueError(f"DirectionSampler: {directions.shape} directions for {self.sizes.shape} pairs")
+        self.temperature = temperature
+        self._members = [np.flatnonzero(directions == d) for d in range(int(directions.max()) + 1)]
+        self.counts = direction_counts([len(m) for m in self._members], temperature)
+        self._epoch_batches: tuple[tuple[int, int], list[np.ndarray]] | None = None
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """The pairs of one epoch (indices, grouped by direction)."""
+        parts = []
+        for members, count in zip(self._members, self.counts.tolist(), strict=True):
+            whole, rest = divmod(count, len(members)) if len(members) else (0, 0)
+            parts += [members] * whole + [rng.choice(members, rest, replace=False)]
+        return np.concatenate(parts)
+
+    def global_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        epoch = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return super().global_batches(epoch)
+        if self._epoch_batches is None or self._epoch_batches[0] != (self.seed, epoch):
+            rng = np.random.default_rng([self.seed, epoch])
+            rows = self.draw(rng)
+            sizes, tiebreak = self.sizes[rows], self._tiebreak[rows]
+            bounds = pack(np.sort(sizes), self.max_tokens)
+            self._epoch_batches = ((self.seed, epoch), [rows[b] for b in bucket(sizes, tiebreak, bounds, rng)])
+        return self._epoch_batches[1]
+
+    def __len__(self) -> int:
+        return -(-len(self.global_batches()) // self.num_replicas)

@@ -32,7 +32,7 @@ from seq2seq.shipped import multi30k_dir
 
 log = logging.getLogger(__name__)
 
-MULTI30K_LANGS: tuple[str, ...] = ("en", "de", "fr")
+MULTI30K_LANGS: tuple[str, ...] = ("en", "de", "fr", "cs")
 MULTI30K_SPLITS: tuple[str, ...] = (
     "train",
     "val",
@@ -40,6 +40,8 @@ MULTI30K_SPLITS: tuple[str, ...] = (
     "test_2017_flickr",
     "test_2017_mscoco",
 )
+# Languages shipped for some splits only (Czech: WMT16's multimodal task, no 2017 tests).
+MULTI30K_PARTIAL: dict[str, tuple[str, ...]] = {"cs": ("train", "val", "test_2016_flickr")}
 BATCH = 10_000  # pairs per batch on the way to Arrow
 _CHUNK = 1 << 20  # bytes read at a time
 PAIR_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
@@ -49,19 +51,27 @@ Pairs = tuple[list[str], list[str]]
 def resolve_corpus(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     """``(src_path, tgt_path)`` of a named-corpus split: ``{data_dir}/{split}.{lang}.gz``; the
     shipped copy (:mod:`seq2seq.shipped`, found from any folder) when ``data_dir`` is None."""
+    src, tgt = multi30k_files(cfg, split, [(cfg.src_lang, "src_lang"), (cfg.tgt_lang, "tgt_lang")])
+    return src, tgt
+
+
+def multi30k_files(cfg: DataConfig, split: str, langs: Sequence[tuple[str, str]]) -> list[Path]:
+    """The ``{split}.{lang}.gz`` file of each ``(lang, option naming it)``, checked against
+    what Multi30k has."""
     if cfg.corpus != "multi30k":
         raise ValueError(f"unknown corpus {cfg.corpus!r}; choices: ['multi30k']")
-    for name, lang in (("src_lang", cfg.src_lang), ("tgt_lang", cfg.tgt_lang)):
-        if lang not in MULTI30K_LANGS:
-            raise ValueError(
-                f"unknown multi30k language {lang!r} (DataConfig.{name}); "
-                f"choices: {list(MULTI30K_LANGS)}"
-            )
     if split not in MULTI30K_SPLITS:
         raise ValueError(f"unknown multi30k split {split!r}; choices: {list(MULTI30K_SPLITS)}")
-    names = [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
+    for lang, option in langs:
+        if lang not in MULTI30K_LANGS:
+            raise ValueError(f"unknown multi30k language {lang!r} (DataConfig.{option}); "
+                             f"choices: {list(MULTI30K_LANGS)}")
+        if split not in MULTI30K_PARTIAL.get(lang, MULTI30K_SPLITS):
+            raise ValueError(f"multi30k has no {lang!r} text for split {split!r} (DataConfig.{option}); "
+                             f"{lang}: {list(MULTI30K_PARTIAL[lang])}")
+    names = [f"{split}.{lang}.gz" for lang, _ in langs]
     root = Path(cfg.data_dir) if cfg.data_dir is not None else multi30k_dir(names)
-    return root / names[0], root / names[1]
+    return [root / name for name in names]
 
 
 def expand_files(spec: str | os.PathLike[str] | Sequence[str], option: str) -> list[Path]:

@@ -21,7 +21,8 @@ from seq2seq.checkpoint import (
     metadata,
     seal,
 )
-from seq2seq.config import DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
+from seq2seq.config import ConfigError, DecodingConfig, ModelConfig, OptimConfig, from_dict, to_dict
+from seq2seq.directions import Directions, different_directions, directions_of
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
 from seq2seq.training.flops import batch_flops
@@ -57,9 +58,11 @@ def lr_lambda(optim: OptimConfig, d_model: int):
 _TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")
 
 
-def _same_run(meta: dict, tokenizers, langs: tuple[str, str] | None, where: str) -> None:
-    """Refuse weights trained with other tokenizers or another language pair than this
-    run's data: training on would relabel them (same-sized vocabularies fit silently)."""
+def _same_run(meta: dict, tokenizers, langs: tuple[str, str] | None, where: str,
+              directions: Directions | None = None) -> None:
+    """Refuse weights trained with other tokenizers, another language pair or other
+    directions than this run's data: training on would relabel them (same-sized
+    vocabularies fit silently)."""
     saved = [meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")]
     ours = [tokenizers.src.fingerprint, tokenizers.tgt.fingerprint]
     if saved != ours:
@@ -71,6 +74,8 @@ def _same_run(meta: dict, tokenizers, langs: tuple[str, str] | None, where: str)
     if langs is not None and None not in pair and pair != tuple(langs):
         raise CheckpointError(f"{where} translates {pair[0]}->{pair[1]}, but the data is "
                               f"{langs[0]}->{langs[1]}")
+    if (problem := different_directions(directions_of(meta, where), directions)) is not None:
+        raise CheckpointError(f"{where} {problem}")
 
 
 class Seq2SeqModule(L.LightningModule):
@@ -81,7 +86,9 @@ class Seq2SeqModule(L.LightningModule):
             data module's tokenizer when training starts).
         optim: optimizer, schedule and label smoothing.
         val_bleu: decode the validation set greedily each epoch and log BLEU + chrF.
-        val_bleu_max_sentences: decode only the first N validation sentences (None = all).
+        val_bleu_max_sentences: decode only the first N validation sentences (None = all) of
+            each direction: a multilingual run (``DataConfig.directions``) logs
+            ``val_bleu/<src>-<tgt>`` for each and ``val_bleu`` as their mean.
         compile: ``torch.compile`` the teacher-forced forward (not decoding); the first
             steps pay for compilation, measure with ``scripts/benchmark.py`` before using.
         init_from: start from this checkpoint's weights (e.g. an average: inference-only
@@ -112,7 +119,8 @@ class Seq2SeqModule(L.LightningModule):
         self.compile_forward = compile
         self.model: Seq2Seq | None = None
         self.tokenizers = None  # TokenizerPair, from the data module or a checkpoint
-        self.langs: tuple[str, str] | None = None
+        self.langs: tuple[str, str] | None = None  # None: several directions
+        self.directions: Directions | None = None
         self._rng_to_restore: torch.Tensor | None = None
         # FLOPs of the last batch through ``loss``, read by Lightning's ThroughputMonitor
         self.flops_per_batch: int | None = None
@@ -124,7 +132,11 @@ class Seq2SeqModule(L.LightningModule):
             return
         dm = self.trainer.datamodule
         self.tokenizers = dm.tokenizers
-        self.langs = (dm.config.src_lang, dm.config.tgt_lang)
+        self.directions = dm.config.model_directions
+        self.langs = None if self.directions else (dm.config.src_lang, dm.config.tgt_lang)
+        if self.directions is not None and not (self.arch.share_embeddings and dm.tokenizers.joint):
+            raise ConfigError("ModelConfig.share_embeddings must be true (and the tokenizer joint) "
+                              "for several directions (DataConfig.directions)")
         if self.init_from:
             self._start_from(self.init_from)
             return
@@ -147,7 +159,7 @@ class Seq2SeqModule(L.LightningModule):
         ckpt = load_checkpoint(path)
         meta = ckpt["seq2seq"]
         where = f"--model.init_from {path}"
-        _same_run(meta, self.tokenizers, self.langs, where)
+        _same_run(meta, self.tokenizers, self.langs, where, self.directions)
         saved = config_of(meta, where)
         self.arch = replace(saved, **{k: getattr(self.arch, k) for k in _TRAINING_ONLY})
         self.model = build_model(ckpt, self.arch).train()
@@ -193,12 +205,25 @@ class Seq2SeqModule(L.LightningModule):
             return
         from seq2seq.decoding.translator import Translator  # decoding lives outside training
 
-        dm = self.trainer.datamodule
-        n = self.val_bleu_max_sentences
-        srcs, refs = dm.val_src_texts[:n], dm.val_ref_texts[:n]
-        hyps = Translator(self.model, self.tokenizers, DecodingConfig(method="greedy"), self.device).translate(srcs)
-        self.log("val_bleu", bleu(hyps, refs).score, prog_bar=True, sync_dist=True)
-        self.log("val_chrf", chrf(hyps, refs).score, sync_dist=True)
+        dm, n = self.trainer.datamodule, self.val_bleu_max_sentences
+        translator = Translator(self.model, self.tokenizers, DecodingConfig(method="greedy"), self.device,
+                                directions=self.directions)
+        if self.directions is None:
+            srcs, refs = dm.val_src_texts[:n], dm.val_ref_texts[:n]
+            hyps = translator.translate(srcs)
+            self.log("val_bleu", bleu(hyps, refs).score, prog_bar=True, sync_dist=True)
+            self.log("val_chrf", chrf(hyps, refs).score, sync_dist=True)
+            return
+        scores = {"bleu": [], "chrf": []}
+        for (src, tgt), name in zip(self.directions.pairs, self.directions.names(), strict=True):
+            srcs, refs = (texts[:n] for texts in dm.val_sets[name])
+            hyps = translator.translate(srcs, target_lang=tgt, source_lang=src)
+            for metric, score in (("bleu", bleu(hyps, refs).score), ("chrf", chrf(hyps, refs).score)):
+                self.log(f"val_{metric}/{name}", score, sync_dist=True)
+                scores[metric].append(score)
+        # the mean over directions: what checkpoint selection monitors
+        self.log("val_bleu", sum(scores["bleu"]) / len(scores["bleu"]), prog_bar=True, sync_dist=True)
+        self.log("val_chrf", sum(scores["chrf"]) / len(scores["chrf"]), sync_dist=True)
 
     # ------------------------------------------------------------ optimizer
     def configure_optimizers(self):
@@ -212,7 +237,8 @@ class Seq2SeqModule(L.LightningModule):
     # ------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Make every checkpoint self-contained (config + tokenizers) and exactly resumable (RNG)."""
-        checkpoint["seq2seq"] = metadata(self.arch, self.tokenizers, *self.langs)
+        checkpoint["seq2seq"] = metadata(self.arch, self.tokenizers, *(self.langs or (None, None)),
+                                         directions=self.directions)
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
         seal(checkpoint)  # last: the checksum covers the weights Lightning put in
 
@@ -228,7 +254,7 @@ class Seq2SeqModule(L.LightningModule):
                 "(the checkpoint's values); resume with the run's own config"
             )
         if self.tokenizers is not None:
-            _same_run(meta, self.tokenizers, self.langs, "the checkpoint to resume")
+            _same_run(meta, self.tokenizers, self.langs, "the checkpoint to resume", self.directions)
         if "rng" in checkpoint:
             self._rng_to_restore = checkpoint["rng"]["torch"]
 

@@ -1,0 +1,73 @@
+"""Checks shared by the typed config dataclasses (``seq2seq.config``): a value of the wrong
+type, a non-finite float or a value outside its ``Literal`` choices is refused naming the
+field (``ModelConfig.d_model: ...``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, get_args
+
+
+class ConfigError(ValueError):
+    """A config value or key is invalid; the message names the field."""
+
+
+def check_fields(obj: Any) -> None:
+    """Refuse, naming the field, a value of the wrong type (``"32"`` for an int, from a YAML
+    file or an edited checkpoint), a non-finite float, an int beyond 64 bits, or a value
+    outside a field's ``Literal[...]`` choices."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint, value = hints[f.name], getattr(obj, f.name)
+        where = f"{type(obj).__name__}.{f.name}"
+        choices = get_args(hint) if typing.get_origin(hint) is Literal else ()
+        if choices and value not in choices:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+        if not choices and not _fits(value, hint):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise ConfigError(f"{where}={value} is out of range (64-bit integers)")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` names (ints pass for floats, bools for neither)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, h) for h in get_args(hint))
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a form not checked here
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(h) for h in get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+
+
+def probability(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+
