@@ -74,6 +74,7 @@ def build_engine(spec: dict):
     from seq2seq.checkpoint import build_model, load_checkpoint
     torch.set_num_threads(spec["threads"])
     model = build_model(load_checkpoint(spec["checkpoint"]))
+    model.packed_output.enabled = spec.get("packed", True)  # the packed-projection lever, A/B
     if kind == "ours":
         return ours_engine(model, beam, use_cache=spec.get("use_cache", True),
                            force_length=spec.get("force_length"),

@@ -75,7 +75,7 @@ class DecoderRows:
         """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)``: the projection's
         output is normalized in place (no second r x V buffer)."""
         with phase("seq2seq.output_projection"):
-            logits = self.model.output(hidden).float()
+            logits = self.model.project(hidden).float()
         return torch.log_softmax(logits, dim=-1, out=logits)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:

@@ -17,6 +17,7 @@ from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import KV, DecoderCache
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
 from seq2seq.model.norms import final_norm
+from seq2seq.model.packed import PackedProjection
 from seq2seq.profiling import phase
 
 
@@ -101,6 +102,7 @@ class Seq2Seq(nn.Module):
         self.output = nn.Linear(arch.d_model, arch.tgt_vocab_size, bias=arch.output_bias)
         if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
+        self.packed_output = PackedProjection()  # inference's copy of it; not a weight
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -147,6 +149,11 @@ class Seq2Seq(nn.Module):
         hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
         with phase("seq2seq.output_projection"):
             return self.output(hidden), cache
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Logits ``(r, V)`` of decoder states ``hidden (r, d_model)``: the output projection,
+        through a prepacked weight at inference on CPU (``model/packed.py``)."""
+        return self.packed_output(self.output, hidden)
 
     def decode_hidden(
         self,
