@@ -1,6 +1,6 @@
 """Checks shared by the typed config dataclasses (``seq2seq.config``): a value of the wrong
 type, a non-finite float or a value outside its ``Literal`` choices is refused naming the
-field (``ModelConfig.d_model: ...``)."""
+field (``ModelConfig.d_model: ...``); and their dict round trip (``to_dict``/``from_dict``)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,21 @@ def probability(obj: Any, *names: str) -> None:
         if not 0.0 <= value < 1.0:
             raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
 
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain dict (YAML/JSON/``weights_only``-safe)."""
+    out = dataclasses.asdict(cfg)
+    for key, value in out.items():
+        if isinstance(value, tuple):
+            out[key] = list(value)
+    return out
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str | None = None) -> Any:
+    """Build ``cls`` from a dict, refusing unknown keys by name."""
+    where = where or cls.__name__
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**data)

@@ -15,3 +15,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 def _seed():
     """Every test starts from the same RNG state, whatever ran before it."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a whole module, restored afterwards: the command-line entry
+    points a test calls in-process set the thread count for the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

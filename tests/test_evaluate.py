@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from helpers import save_tiny_checkpoint
 
 from seq2seq.cli import evaluate as cli
@@ -35,12 +34,7 @@ DECODING = DecodingConfig(max_len_b=5)  # what DECODE asks for
 PREFIX = "seq2seq-evaluate: error: "
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------- tiny checkpoints

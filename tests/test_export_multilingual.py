@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from helpers import run_main, save_multilingual_checkpoint
 
 from seq2seq.cli.export import main as export_main
@@ -21,12 +20,7 @@ TEXTS = ["A dog runs through the snow.", "Zwei Männer spielen Fußball.",
 N = 12  # max output tokens, the same rule on both sides
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def ours(ckpt, tgt: str, src: str) -> list[list[str]]:

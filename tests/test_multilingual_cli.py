@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from helpers import run_main, save_multilingual_checkpoint, save_tiny_checkpoint, tiny_tokenizers
 
 from seq2seq.cli.evaluate import main as evaluate_main
@@ -27,12 +26,7 @@ SENTENCES = ["A dog runs through the snow.", "Two men play football on a meadow.
 SHORT = ["--max-len-b", "6"]  # short outputs: fast
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

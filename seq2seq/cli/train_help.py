@@ -1,5 +1,5 @@
 """The text on top of ``seq2seq-train --help``: what it trains, the shipped configs (their
-own header comments), the options most runs touch (defaults read from ``config.py``) and
+own header comments), the options most runs touch (defaults read from ``seq2seq.config``) and
 examples. Lightning's own help follows it for every option."""
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Logits are computed only for the ``N`` non-pad target positions (``Seq2Seq.forward(...,
 keep)``), so the vocabulary projection and softmax never run on padding.
 
+R-Drop (Liang et al. 2021, :func:`rdrop_loss`) adds a consistency term between two dropout
+passes over the same batch; it needs both full distributions, so it works on logits.
+
 Two implementations of the same number:
 - :func:`label_smoothed_loss` on logits ``(N, V)`` (``F.cross_entropy``): the reference.
 - :func:`fused_projection_loss` on decoder states ``(N, d)`` and the output weight
@@ -90,3 +93,15 @@ def fused_projection_loss(hidden: Tensor, weight: Tensor, targets: Tensor, smoot
             rows = slice(s, s + chunk)
             total += _chunk_loss_and_grads(hidden[rows], weight, targets[rows], smoothing, False)[0]
         return total
+
+
+def rdrop_loss(logits: Tensor, targets: Tensor, smoothing: float, alpha: float) -> Tensor:
+    """Summed R-Drop loss of two dropout passes' ``logits (2N, V)`` (first pass's ``N`` rows,
+    then the second's) against ``targets (N,)``: the paper's ``L1 + L2 + alpha/2 (KL(p1||p2)
+    + KL(p2||p1))`` halved, so the scale is one pass's and ``alpha`` is the paper's."""
+    first, second = logits.float().chunk(2)  # (N, V) each
+    ce = label_smoothed_loss(first, targets, smoothing) + label_smoothed_loss(second, targets, smoothing)
+    lp1, lp2 = first.log_softmax(-1), second.log_softmax(-1)
+    # KL(p1||p2) + KL(p2||p1) = sum_v (p1 - p2) (log p1 - log p2): one pass over (N, V)
+    sym_kl = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum()
+    return 0.5 * ce + 0.25 * alpha * sym_kl

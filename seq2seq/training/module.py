@@ -26,7 +26,7 @@ from seq2seq.directions import Directions, different_directions, directions_of
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
 from seq2seq.training.flops import batch_flops
-from seq2seq.training.loss import fused_projection_loss, label_smoothed_loss
+from seq2seq.training.loss import fused_projection_loss, label_smoothed_loss, rdrop_loss
 
 
 def lr_lambda(optim: OptimConfig, d_model: int):
@@ -171,7 +171,13 @@ class Seq2SeqModule(L.LightningModule):
         """Label-smoothed cross-entropy per target token (padding ignored)."""
         keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
         targets, o = batch.tgt_out[keep], self.optim  # (N,)
-        if o.loss == "fused" and self.model.output.bias is None:  # fused: no output bias
+        src, tgt_in = batch.src, batch.tgt_in
+        if o.rdrop_alpha > 0 and self.training:
+            # R-Drop: the batch twice in one forward, so the copies draw different dropout
+            src, tgt_in, keep = (torch.cat([t, t]) for t in (src, tgt_in, keep))  # (2B, .)
+            logits = self.model(src, tgt_in, keep)  # (2N, V): the first copy's rows first
+            loss = rdrop_loss(logits, targets, o.label_smoothing, o.rdrop_alpha)
+        elif o.loss == "fused" and self.model.output.bias is None:  # fused: no output bias
             hidden = self.model(batch.src, batch.tgt_in, keep, project=False)  # (N, d_model)
             loss = fused_projection_loss(hidden, self.model.output.weight, targets,
                                          o.label_smoothing, o.loss_chunk)
@@ -179,8 +185,8 @@ class Seq2SeqModule(L.LightningModule):
             logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
             loss = label_smoothed_loss(logits, targets, o.label_smoothing)
         n_tokens = targets.shape[0]
-        B, S = batch.src.shape
-        self.flops_per_batch = batch_flops(self.arch, B, S, batch.tgt_in.shape[1], n_tokens,
+        B, S = src.shape
+        self.flops_per_batch = batch_flops(self.arch, B, S, tgt_in.shape[1], n_tokens * B // len(batch.src),
                                            training=self.training)
         return loss / max(n_tokens, 1), n_tokens
 

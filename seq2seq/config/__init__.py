@@ -1,0 +1,26 @@
+"""Typed configuration: the only place defaults live.
+
+Each section is a dataclass validated in ``__post_init__``; errors name the field:
+``model`` (the network, the optimizer), ``data`` (corpus, tokenizer, batching),
+``decoding`` (search), ``serve`` (the server). YAML round trip: ``to_dict``/``from_dict``
+(unknown keys are refused by name).
+"""
+
+from seq2seq.config.data import DataConfig, TokenizerConfig
+from seq2seq.config.decoding import MAX_BEAM, DecodingConfig
+from seq2seq.config.model import (
+    Activation,
+    ModelConfig,
+    Norm,
+    NormPosition,
+    OptimConfig,
+    Positional,
+)
+from seq2seq.config.serve import MAX_WINDOW_MS, ServeConfig
+from seq2seq.fields import ConfigError, from_dict, to_dict
+
+__all__ = [
+    "MAX_BEAM", "MAX_WINDOW_MS", "Activation", "ConfigError", "DataConfig", "DecodingConfig",
+    "ModelConfig", "Norm", "NormPosition", "OptimConfig", "Positional", "ServeConfig",
+    "TokenizerConfig", "from_dict", "to_dict",
+]

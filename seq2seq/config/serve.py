@@ -1,0 +1,70 @@
+"""``seq2seq-serve``'s settings (``ServeConfig``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from seq2seq.config.decoding import MAX_BEAM
+from seq2seq.fields import ConfigError, positive
+
+MAX_WINDOW_MS = 1000.0  # a request never waits longer than this for others to join it
+
+
+@dataclass
+class ServeConfig:
+    """``seq2seq-serve``: where it listens, how it merges requests, what one request may ask."""
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 8000  # 0 = any free port
+    # requests arriving within window_ms of the first waiting one share model calls (of at
+    # most call_work, below); a call pads its texts into batches of at most max_batch_tokens
+    # source tokens (+ EOS each: the Translator's max_tokens)
+    window_ms: float = 5.0
+    max_batch_tokens: int = 2000
+    max_texts: int = 64  # texts in one /translate request
+    max_text_chars: int = 1000  # characters in one text (tokens are capped by the model)
+    max_beam: int = 16
+    max_nbest: int = 16
+    threads: int | None = None  # torch threads for the model; None = torch's default
+    # API keys: a file of "KEY [REQUESTS_PER_MINUTE]" lines; None = open server
+    api_keys: str | None = None
+    req_limit: int = 60  # requests per minute per key, unless its line says otherwise
+    # What one request may cost. Work of a text: output positions the search may fill (the
+    # max-length rule, capped by the model) x (source + output positions) x hypotheses kept
+    # (beam, or samples). A model call does at most call_work (a bigger request is cut into
+    # pieces that take turns with other requests'; a text may not cost more).
+    max_body_bytes: int = 1_048_576  # counted while reading, chunked bodies too
+    max_work: int = 16_000_000
+    call_work: int = 500_000
+    max_response_bytes: int = 16_000_000  # estimated before any work is done
+    request_timeout_s: float = 60.0  # a request still unanswered then gets 503
+    # Connections (uvicorn): beyond max_connections new ones are closed at once; headers
+    # must arrive within header_timeout_s, each piece of a body within body_timeout_s.
+    max_connections: int = 512
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    keep_alive_s: int = 5  # an idle kept-alive connection is closed after this
+    max_header_bytes: int = 16_384  # request line + headers (h11's incomplete-event limit)
+    log_per_minute: int = 20  # each kind of server log message at most this often
+
+    def __post_init__(self) -> None:
+        positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
+                  "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
+                  "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
+                  "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
+                  "log_per_minute")
+        # NaN passes every comparison and inf never ends the wait: requests would hang
+        if not 0 <= self.window_ms <= MAX_WINDOW_MS:
+            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
+                              f"(milliseconds), got {self.window_ms}")
+        for name in ("max_beam", "max_nbest"):
+            if getattr(self, name) > MAX_BEAM:
+                raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
+                                  f"own bound), got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
+        for name in ("request_timeout_s", "header_timeout_s", "body_timeout_s"):
+            if not math.isfinite(getattr(self, name)):  # NaN passed "> 0"; inf never fires
+                raise ConfigError(f"ServeConfig.{name} must be a finite number of seconds, "
+                                  f"got {getattr(self, name)}")
