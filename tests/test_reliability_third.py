@@ -158,9 +158,16 @@ def test_an_endless_line_is_refused_at_a_bounded_length(work):
     assert err.strip().splitlines()[-1].startswith("seq2seq-translate: error: stdin: line 2 ")
 
 
+def _default_sigint() -> None:
+    # Ctrl-C reaches a command started from a terminal; a suite started in the background
+    # (``cmd &`` without job control) would hand its children an ignored SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(command: str, *argv: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", f"seq2seq.cli.{command}", *argv], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_sigint, **kwargs)
 
 
 def test_closed_stdin_reads_as_no_input(work):
