@@ -99,9 +99,9 @@ def rdrop_loss(logits: Tensor, targets: Tensor, smoothing: float, alpha: float) 
     """Summed R-Drop loss of two dropout passes' ``logits (2N, V)`` (first pass's ``N`` rows,
     then the second's) against ``targets (N,)``: the paper's ``L1 + L2 + alpha/2 (KL(p1||p2)
     + KL(p2||p1))`` halved, so the scale is one pass's and ``alpha`` is the paper's."""
-    first, second = logits.float().chunk(2)  # (N, V) each
-    ce = label_smoothed_loss(first, targets, smoothing) + label_smoothed_loss(second, targets, smoothing)
-    lp1, lp2 = first.log_softmax(-1), second.log_softmax(-1)
+    lp1, lp2 = logits.float().log_softmax(-1).chunk(2)  # (N, V) each: one log-softmax serves both terms
+    ce = sum((1 - smoothing) * F.nll_loss(lp, targets, reduction="sum") - smoothing * lp.mean(-1).sum()
+             for lp in (lp1, lp2))
     # KL(p1||p2) + KL(p2||p1) = sum_v (p1 - p2) (log p1 - log p2): one pass over (N, V)
     sym_kl = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum()
     return 0.5 * ce + 0.25 * alpha * sym_kl
