@@ -148,6 +148,21 @@ def test_evaluate_all_directions_names_those_without_test_files(ckpts, tmp_path)
     assert len({r["hypotheses"] for r in records}) == 2
 
 
+def test_all_directions_skips_a_language_the_shipped_split_lacks():
+    """Without --data-dir the files are looked up in the shipped data: Multi30k's 2017 test
+    sets have no Czech, so an En-Cs direction is skipped there (not an error), and found in
+    test_2016_flickr, which has Czech."""
+    from argparse import Namespace
+
+    from seq2seq.cli.evaluate_sets import _has_files
+    from seq2seq.data.sources import MULTI30K_LANGS
+
+    for split, present in [("test_2017_flickr", False), ("test_2017_mscoco", False), ("test_2016_flickr", True)]:
+        args = Namespace(split=split, data_dir=None)
+        assert _has_files(args, ("en", "cs"), MULTI30K_LANGS) is present, split
+        assert _has_files(args, ("en", "de"), MULTI30K_LANGS), split
+
+
 def test_evaluate_all_directions_refusals(ckpts, tmp_path):
     code, out, err, _ = evaluate(tmp_path, ckpts["source"], "--all-directions", "--target-lang", "de")
     assert_one_line_error(code, out, err, "--all-directions")
