@@ -232,6 +232,32 @@ def test_sigint_to_the_server_exits_130_quietly(work):
     assert code == 130 and b"Traceback" not in err and b"KeyboardInterrupt" not in err, err
 
 
+def test_ctrl_c_during_the_server_set_up_waits_for_the_set_up(monkeypatch):
+    """A SIGINT while uvicorn reconfigures logging (where a KeyboardInterrupt can land between
+    a log handler's acquire and release) is held until the set-up is done; then the server does
+    not start, the earlier handler is back and gets the interrupt."""
+    pytest.importorskip("uvicorn")
+    from seq2seq.serving import server as served
+    steps, before = [], signal.getsignal(signal.SIGINT)
+
+    def set_up(app, log_level):
+        signal.raise_signal(signal.SIGINT)
+        steps.append("set up")
+
+    class Server:
+        def __init__(self, config):
+            steps.append("server")
+
+        def run(self, sockets):
+            steps.append("ran")
+
+    monkeypatch.setattr(served, "uvicorn_config", set_up)
+    monkeypatch.setattr(served.uvicorn, "Server", Server)
+    with pytest.raises(KeyboardInterrupt):
+        served.serve(None, None)
+    assert steps == ["set up", "server"] and signal.getsignal(signal.SIGINT) is before
+
+
 def test_serve_device_without_it_is_one_line(work):
     pytest.importorskip("fastapi")
     if torch.cuda.is_available():

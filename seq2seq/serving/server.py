@@ -12,6 +12,7 @@ client that never finishes them is dropped). Repeated log messages are rate-limi
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -111,9 +112,35 @@ def uvicorn_config(app: FastAPI, log_level: str) -> uvicorn.Config:
     return config
 
 
+@contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM inside the block are recorded (the yielded list), not acted on;
+    after it the earlier handlers are back and the first recorded signal is raised to them.
+    uvicorn's set-up reconfigures logging, and a KeyboardInterrupt there can land between a
+    log handler's acquire and release: a RuntimeError and a traceback, not Ctrl-C's exit."""
+    if threading.current_thread() is not threading.main_thread():  # signals: main thread only
+        yield []
+        return
+    pending: list[int] = []
+    earlier = {sig: signal.signal(sig, lambda s, _frame: pending.append(s))
+               for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield pending
+    finally:
+        for sig, handler in earlier.items():
+            signal.signal(sig, handler)
+    if pending:
+        signal.raise_signal(pending[0])
+
+
 def serve(app: FastAPI, sock: socket.socket, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C / SIGTERM)."""
-    uvicorn.Server(uvicorn_config(app, log_level)).run(sockets=[sock])
+    """Serve until interrupted: Ctrl-C ends in ``KeyboardInterrupt``, SIGTERM in its default
+    action, after a graceful shutdown (uvicorn hands the signal back to the handlers it found,
+    here :func:`deferred_signals`'s) or before the server starts if it came during set-up."""
+    with deferred_signals() as pending:
+        server = uvicorn.Server(uvicorn_config(app, log_level))
+        if not pending:
+            server.run(sockets=[sock])
 
 
 @contextmanager
