@@ -1,6 +1,7 @@
 """R-Drop (``OptimConfig.rdrop_alpha``): the loss equals the paper's formula written with
-PyTorch's own ``F.kl_div``, is the plain loss when the two passes agree, and the module's
-two passes really differ only by their dropout masks."""
+PyTorch's own ``F.kl_div``, is the plain loss when the two passes agree, the fused version
+(no ``(2N, V)`` logits) equals it in value and gradients, and the module's two passes really
+differ only by their dropout masks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from seq2seq.config import ConfigError, ModelConfig, OptimConfig
 from seq2seq.data.batch import collate
 from seq2seq.model import Seq2Seq
-from seq2seq.training.loss import label_smoothed_loss, rdrop_loss
+from seq2seq.training.loss import fused_rdrop_loss, label_smoothed_loss, rdrop_loss
 from seq2seq.training.module import Seq2SeqModule
 
 
@@ -39,6 +40,26 @@ def test_equals_the_papers_loss_in_value_and_gradient(alpha, smoothing):
     torch.testing.assert_close(g_ours, g_ref, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [1, 8, 64])
+@pytest.mark.parametrize("alpha,smoothing", [(0.5, 0.0), (5.0, 0.1)])
+def test_the_fused_loss_equals_it_in_value_and_gradients(alpha, smoothing, chunk):
+    """Chunks that split the 37 targets unevenly, or hold them all; the projection's
+    gradients (hidden states and output weight) as autograd gives them through the logits."""
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(2 * 37, 12, generator=g, requires_grad=True)
+    weight = torch.randn(53, 12, generator=g, requires_grad=True)
+    targets = torch.randint(0, 53, (37,), generator=g)
+    ref = rdrop_loss(hidden @ weight.t(), targets, smoothing, alpha)
+    ours = fused_rdrop_loss(hidden, weight, targets, smoothing, alpha, chunk)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    for a, b in zip(torch.autograd.grad(3.0 * ours, (hidden, weight)),
+                    torch.autograd.grad(3.0 * ref, (hidden, weight)), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # no backward to come: the loss alone
+        torch.testing.assert_close(fused_rdrop_loss(hidden, weight, targets, smoothing, alpha, chunk),
+                                   ref.detach(), rtol=1e-5, atol=1e-4)
+
+
 def test_two_equal_passes_give_the_plain_loss():
     g = torch.Generator().manual_seed(2)
     one = torch.randn(20, 31, generator=g)
@@ -53,10 +74,10 @@ def test_the_consistency_term_is_positive_when_passes_differ():
     assert rdrop_loss(logits, targets, 0.1, 1.0) > rdrop_loss(logits, targets, 0.1, 0.0)
 
 
-def _module(dropout: float, alpha: float) -> tuple[Seq2SeqModule, object]:
+def _module(dropout: float, alpha: float, loss: str = "fused") -> tuple[Seq2SeqModule, object]:
     arch = ModelConfig(src_vocab_size=41, tgt_vocab_size=41, d_model=16, n_heads=2, d_ff=24,
                        encoder_layers=2, decoder_layers=2, dropout=dropout, norm_position="pre")
-    module = Seq2SeqModule(arch, OptimConfig(rdrop_alpha=alpha))
+    module = Seq2SeqModule(arch, OptimConfig(rdrop_alpha=alpha, loss=loss, loss_chunk=4))
     module.model = Seq2Seq(arch)
     batch = collate([{"src_ids": list(range(4, 4 + n)), "tgt_ids": list(range(5, 5 + m))}
                      for n, m in ((7, 5), (3, 9), (5, 2))])  # padded both sides
@@ -94,6 +115,24 @@ def test_with_dropout_the_two_passes_differ():
     plain.model.load_state_dict(module.model.state_dict())
     plain.eval()
     torch.testing.assert_close(module.loss(batch)[0], plain.loss(batch)[0])
+
+
+def test_the_module_takes_the_fused_path_with_the_same_loss_and_gradients():
+    """Dropout on, the same masks: ``loss: fused`` (the default) and ``loss: plain`` give one
+    loss and one gradient for every weight; the fused step builds no (2N, V) logits."""
+    (fused, batch), (plain, _) = _module(0.3, 5.0, "fused"), _module(0.3, 5.0, "plain")
+    plain.model.load_state_dict(fused.model.state_dict())
+    assert fused.model.output.bias is None  # the fused path's condition
+    results = []
+    for module in (fused, plain):
+        module.train()
+        torch.manual_seed(7)
+        loss, _ = module.loss(batch)
+        results.append((loss, torch.autograd.grad(loss, list(module.model.parameters()))))
+    (a, grads_a), (b, grads_b) = results
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for ga, gb in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
 
 
 def test_a_negative_alpha_is_refused_by_name():

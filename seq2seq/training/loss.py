@@ -4,7 +4,8 @@ Logits are computed only for the ``N`` non-pad target positions (``Seq2Seq.forwa
 keep)``), so the vocabulary projection and softmax never run on padding.
 
 R-Drop (Liang et al. 2021, :func:`rdrop_loss`) adds a consistency term between two dropout
-passes over the same batch; it needs both full distributions, so it works on logits.
+passes over the same batch; :func:`fused_rdrop_loss` is the same number computed the fused
+way below, both passes' rows of a chunk at a time.
 
 Two implementations of the same number:
 - :func:`label_smoothed_loss` on logits ``(N, V)`` (``F.cross_entropy``): the reference.
@@ -53,19 +54,58 @@ def _chunk_loss_and_grads(h: Tensor, weight: Tensor, targets: Tensor, smoothing:
     return loss, grad
 
 
+def _rdrop_chunk_loss_and_grads(h: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
+                                alpha: float, need_grads: bool) -> tuple[Tensor, Tensor | None]:
+    """:func:`rdrop_loss` of one chunk: ``h (2c, d)``, the first pass's ``c`` rows then the
+    second's, against ``targets (c,)``; on request d loss / d logits ``(2c, V)``. With
+    ``D = log p1 - log p2``, d(sym KL)/d z1 = p1 (D - <p1, D>) + p1 - p2, and mirrored for z2."""
+    lp1, lp2 = (h @ weight.t()).log_softmax(1).chunk(2)  # (c, V) each
+    V, t = lp1.shape[1], targets[:, None]
+    ce = sum(-(1 - smoothing) * lp.gather(1, t).sum() - smoothing * lp.mean(1).sum()
+             for lp in (lp1, lp2))
+    p1, p2 = lp1.exp(), lp2.exp()
+    dlp = lp1.sub_(lp2)  # in place: D, the log-probs are not needed again
+    dp = p1 - p2
+    loss = 0.5 * ce + 0.25 * alpha * (dp * dlp).sum()
+    if not need_grads:
+        return loss, None
+    grads = []
+    for p, sign in ((p1, 1.0), (p2, -1.0)):  # the CE term's 0.5 (p - smoothed one-hot) + KL's
+        g = dlp - (p * dlp).sum(1, keepdim=True)
+        g.mul_(p).add_(dp).mul_(sign * 0.25 * alpha).add_(p, alpha=0.5).sub_(0.5 * smoothing / V)
+        grads.append(g.scatter_add_(1, t, torch.full_like(t, 0.5 * (smoothing - 1.0), dtype=g.dtype)))
+    return loss, torch.cat(grads)
+
+
+def _score_chunks(hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float, chunk: int,
+                  alpha: float | None, grads: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Summed loss ``chunk`` targets at a time; ``grads = (grad_h, grad_w)`` are filled too.
+    ``alpha`` None: label smoothing over ``hidden (N, d)``; a number: R-Drop over ``hidden
+    (2N, d)``, each chunk taking the same rows of both passes."""
+    n_pass, d = (1 if alpha is None else 2), hidden.shape[1]
+    total = hidden.new_zeros(())
+    for s in range(0, targets.shape[0], chunk):
+        h = hidden.reshape(n_pass, -1, d)[:, s : s + chunk].reshape(-1, d)  # (n_pass c, d)
+        t = targets[s : s + chunk]
+        if alpha is None:
+            loss, grad = _chunk_loss_and_grads(h, weight, t, smoothing, grads is not None)
+        else:
+            loss, grad = _rdrop_chunk_loss_and_grads(h, weight, t, smoothing, alpha, grads is not None)
+        total += loss
+        if grads is not None:
+            grad_h, grad_w = grads
+            grad_h.view(n_pass, -1, d)[:, s : s + chunk] = (grad @ weight).view(n_pass, -1, d)
+            grad_w.addmm_(grad.t(), h)  # (V, d)
+    return total
+
+
 class _FusedProjectionLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
-                chunk: int) -> Tensor:
-        total = hidden.new_zeros(())
-        grad_h, grad_w = torch.empty_like(hidden), torch.zeros_like(weight)
-        for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s : s + chunk]
-            loss, grad = _chunk_loss_and_grads(h, weight, targets[s : s + chunk], smoothing, True)
-            total += loss
-            torch.mm(grad, weight, out=grad_h[s : s + chunk])  # (c, d)
-            grad_w.addmm_(grad.t(), h)  # (V, d)
-        ctx.save_for_backward(grad_h, grad_w)
+                chunk: int, alpha: float | None) -> Tensor:
+        grads = torch.empty_like(hidden), torch.zeros_like(weight)
+        total = _score_chunks(hidden, weight, targets, smoothing, chunk, alpha, grads)
+        ctx.save_for_backward(*grads)
         return total
 
     @staticmethod
@@ -73,7 +113,17 @@ class _FusedProjectionLoss(torch.autograd.Function):
         grad_h, grad_w = ctx.saved_tensors
         gh = grad_h * grad_out if ctx.needs_input_grad[0] else None
         gw = grad_w * grad_out if ctx.needs_input_grad[1] else None
-        return gh, gw, None, None, None
+        return gh, gw, None, None, None, None
+
+
+def _fused(hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float, chunk: int,
+           alpha: float | None) -> Tensor:
+    if torch.is_autocast_enabled("cpu") or hidden.dtype != torch.float32:  # one precision, fp32
+        hidden, weight = hidden.float(), weight.float()
+    with torch.autocast("cpu", enabled=False):
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            return _FusedProjectionLoss.apply(hidden, weight, targets, smoothing, chunk, alpha)
+        return _score_chunks(hidden, weight, targets, smoothing, chunk, alpha)  # no backward
 
 
 def fused_projection_loss(hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
@@ -81,18 +131,15 @@ def fused_projection_loss(hidden: Tensor, weight: Tensor, targets: Tensor, smoot
     """Summed label-smoothed loss of ``hidden (N, d) @ weight (V, d)^T`` against ``targets
     (N,)``: equal to ``label_smoothed_loss(hidden @ weight.T, targets, smoothing)`` to fp32
     rounding, in ``chunk``-row pieces (fp32 compute whatever the inputs' dtype)."""
-    dtype = hidden.dtype
-    if torch.is_autocast_enabled("cpu") or dtype != torch.float32:  # one precision, fp32
-        hidden, weight = hidden.float(), weight.float()
-    with torch.autocast("cpu", enabled=False):
-        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            return _FusedProjectionLoss.apply(hidden, weight, targets, smoothing, chunk)
-        # no backward to come (validation): the loss alone, one matmul a chunk
-        total = hidden.new_zeros(())
-        for s in range(0, hidden.shape[0], chunk):
-            rows = slice(s, s + chunk)
-            total += _chunk_loss_and_grads(hidden[rows], weight, targets[rows], smoothing, False)[0]
-        return total
+    return _fused(hidden, weight, targets, smoothing, chunk, None)
+
+
+def fused_rdrop_loss(hidden: Tensor, weight: Tensor, targets: Tensor, smoothing: float,
+                     alpha: float, chunk: int = 256) -> Tensor:
+    """:func:`rdrop_loss` of ``hidden (2N, d) @ weight (V, d)^T`` (the first pass's ``N``
+    rows, then the second's) against ``targets (N,)``, to fp32 rounding, without any
+    ``(2N, V)`` tensor: both passes' rows of a chunk are scored and differentiated together."""
+    return _fused(hidden, weight, targets, smoothing, chunk, alpha)
 
 
 def rdrop_loss(logits: Tensor, targets: Tensor, smoothing: float, alpha: float) -> Tensor:

@@ -26,7 +26,12 @@ from seq2seq.directions import Directions, different_directions, directions_of
 from seq2seq.metrics import bleu, chrf
 from seq2seq.model import Seq2Seq
 from seq2seq.training.flops import batch_flops
-from seq2seq.training.loss import fused_projection_loss, label_smoothed_loss, rdrop_loss
+from seq2seq.training.loss import (
+    fused_projection_loss,
+    fused_rdrop_loss,
+    label_smoothed_loss,
+    rdrop_loss,
+)
 
 
 def lr_lambda(optim: OptimConfig, d_model: int):
@@ -172,18 +177,18 @@ class Seq2SeqModule(L.LightningModule):
         keep = batch.tgt_out != self.arch.pad_id  # (B, L): no logits for padding
         targets, o = batch.tgt_out[keep], self.optim  # (N,)
         src, tgt_in = batch.src, batch.tgt_in
-        if o.rdrop_alpha > 0 and self.training:
-            # R-Drop: the batch twice in one forward, so the copies draw different dropout
+        rdrop = o.rdrop_alpha > 0 and self.training
+        if rdrop:  # R-Drop: the batch twice in one forward, so the copies draw different dropout
             src, tgt_in, keep = (torch.cat([t, t]) for t in (src, tgt_in, keep))  # (2B, .)
-            logits = self.model(src, tgt_in, keep)  # (2N, V): the first copy's rows first
-            loss = rdrop_loss(logits, targets, o.label_smoothing, o.rdrop_alpha)
-        elif o.loss == "fused" and self.model.output.bias is None:  # fused: no output bias
-            hidden = self.model(batch.src, batch.tgt_in, keep, project=False)  # (N, d_model)
-            loss = fused_projection_loss(hidden, self.model.output.weight, targets,
-                                         o.label_smoothing, o.loss_chunk)
+        if o.loss == "fused" and self.model.output.bias is None:  # fused: no output bias
+            hidden = self.model(src, tgt_in, keep, project=False)  # (N or 2N, d_model)
+            w, eps = self.model.output.weight, o.label_smoothing
+            loss = (fused_rdrop_loss(hidden, w, targets, eps, o.rdrop_alpha, o.loss_chunk) if rdrop
+                    else fused_projection_loss(hidden, w, targets, eps, o.loss_chunk))
         else:
-            logits = self.model(batch.src, batch.tgt_in, keep)  # (N, V)
-            loss = label_smoothed_loss(logits, targets, o.label_smoothing)
+            logits = self.model(src, tgt_in, keep)  # (N, V), or (2N, V): the first copy's rows first
+            loss = (rdrop_loss(logits, targets, o.label_smoothing, o.rdrop_alpha) if rdrop
+                    else label_smoothed_loss(logits, targets, o.label_smoothing))
         n_tokens = targets.shape[0]
         B, S = src.shape
         self.flops_per_batch = batch_flops(self.arch, B, S, tgt_in.shape[1], n_tokens * B // len(batch.src),
