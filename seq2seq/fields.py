@@ -40,7 +40,10 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, h) for h in get_args(hint))
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
+        # the items too: ``directions=[0]`` must be refused here, not fail later on an int
+        items = [a for a in get_args(hint) if a is not Ellipsis] or [Any]
+        return isinstance(value, (list, tuple)) and all(
+            any(_fits(v, a) for a in items) for v in value)
     if hint is type(None):
         return value is None
     if hint is float:
@@ -53,8 +56,11 @@ def _fits(value: Any, hint: Any) -> bool:
 
 
 def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(h) for h in get_args(hint))
+    if origin in (list, tuple) and get_args(hint):
+        return f"a list of {_describe(get_args(hint)[0])}"
     return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 

@@ -1,14 +1,43 @@
 """Shared pytest fixtures."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
 # Tests use tiny models: one thread avoids oversubscribing small CPUs (and the
 # subprocesses some tests start), and the corpora are local.
 torch.set_num_threads(1)
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+# Property tests. "repeatable" (the default, so the README's test command and CI): every run
+# draws the same examples (a fixed seed per test), after replaying the examples that
+# exploration found and saved in tests/hypothesis-found/ (regression cases, kept in git).
+# "explore" (`--hypothesis-profile explore`): fresh randomness, and whatever fails is saved
+# there for the repeatable runs to replay.
+FOUND = DirectoryBasedExampleDatabase(Path(__file__).parent / "hypothesis-found")
+settings.register_profile("repeatable", database=ReadOnlyDatabase(FOUND), deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", database=FOUND, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("repeatable")  # also under CI=true, which would load Hypothesis' "ci"
+
+HYPOTHESIS_SEED = 0
+
+
+def pytest_collection_modifyitems(items):
+    """Under "repeatable", give each property test a fixed seed. Hypothesis' public ways
+    (``derandomize``, ``@seed``, ``--hypothesis-seed``) all switch the saved examples off, so
+    this sets the attribute that ``@seed`` sets, without its ``database=None``."""
+    if settings._current_profile != "repeatable":
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        if getattr(test, "is_hypothesis_test", False):
+            test._hypothesis_internal_use_seed = HYPOTHESIS_SEED
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 
 import pytest
 from helpers import run_main, save_tiny_checkpoint, tiny_tokenizers
@@ -23,7 +24,7 @@ from seq2seq.config import (
     TokenizerConfig,
 )
 
-FUZZ = settings(max_examples=60, deadline=None, database=None,
+FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # flag -> the flags that make it matter (so the value is used, not just parsed)
@@ -106,3 +107,17 @@ def test_any_config_value_is_accepted_valid_or_refused_by_name(cls, data):
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         assert not (isinstance(v, float) and not math.isfinite(v)), (f.name, v)
+
+
+@pytest.mark.parametrize("cls", [OptimConfig, DataConfig])
+def test_a_list_with_items_of_the_wrong_type_is_refused_by_name(cls):
+    """The items of a list-typed field are checked too (``DataConfig(directions=[0])`` once
+    raised AttributeError deep in the direction parser)."""
+    hints = typing.get_type_hints(cls)
+    listed = [f.name for f in dataclasses.fields(cls) if "list[" in str(hints[f.name])
+              or "tuple[" in str(hints[f.name])]
+    assert listed
+    for name in listed:
+        for value in ([0], [None], [["a"]], ("x", 1.5)):
+            with pytest.raises(ConfigError, match=f"{cls.__name__}.{name}"):
+                cls(**{name: value})
