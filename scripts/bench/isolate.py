@@ -146,7 +146,7 @@ def child_train(spec: dict) -> dict:
         hf = engines.hf_model(model)
         step, name = engines.hf_train_step(hf, model.arch.pad_id, bf16), "HF " + type(hf).__name__
     row = train_row(name, spec["precision"], step, batches, spec["repeats"],
-                          engine=spec["engine"])
+                    engine=spec["engine"])
     return {**row, "trainable": engines.trainable(model), "pid": os.getpid()}
 
 

@@ -95,8 +95,8 @@ def measure(fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any] | Non
     return Measurement(statistics.median(times), times, result, peak_mb, rise_mb)
 
 
-def train_row(name: str, precision: str, step: Callable[[Any], int], batches: Sequence, repeats: int,
-              engine: str | None = None) -> dict:
+def train_row(name: str, precision: str, step: Callable[[Any], int], batches: Sequence,
+              repeats: int, engine: str | None = None) -> dict:
     """Time ``step`` over all ``batches`` (warm-up: one step on the first batch); ``engine``
     claims this process for that engine (one engine per process)."""
     m = measure(lambda: sum(step(b) for b in batches), repeats, warmup=lambda: step(batches[0]),
