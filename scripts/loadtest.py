@@ -9,7 +9,7 @@ throughput), then starts ``seq2seq-serve`` on a free loopback port (unless --url
 N clients x M requests concurrently (for each N of --clients, a fresh server each), a share
 of them to the LibreTranslate API. Reports latency percentiles, throughput and the server's
 memory before, at its peak and after. Exit status 1 if any request failed or got a wrong
-answer. Logic: ``seq2seq.serving.loadtest``.
+answer. Logic: ``scripts/bench/load.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import json
 import sys
 from pathlib import Path
 
-from seq2seq.cli.common import add_model_argument, run_command
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: scripts.bench
+
+from seq2seq.cli.common import add_model_argument, run_command  # noqa: E402
 
 PROG = "loadtest.py"
 
@@ -52,7 +54,7 @@ def _levels(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from seq2seq.serving.loadtest import run_loadtest  # after argument errors
+    from scripts.bench.load import run_loadtest  # after argument errors
 
     options = {"beam": args.beam} if args.beam is not None else {}
     reports = []

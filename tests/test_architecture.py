@@ -1,14 +1,18 @@
-"""The package layout keeps its promises (ARCHITECTURE.md): imports only go down the layer
-table, there are no import cycles, and no function is longer than ~60 lines."""
+"""The layout keeps its promises (ARCHITECTURE.md): in the package and in scripts/, imports
+only go down the layer table and there are no import cycles; scripts import only the
+package's public API; no function is longer than ~60 lines."""
 
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "seq2seq"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE, SCRIPTS = ROOT / "seq2seq", ROOT / "scripts"
 
 # Lower layers never import higher ones; a module may import its own layer (no cycles).
 LAYERS = {
@@ -18,85 +22,206 @@ LAYERS = {
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.plotting": 3, "seq2seq.averaging": 4,
     "seq2seq.decoding": 4, "seq2seq.training": 5, "seq2seq.export": 5, "seq2seq.hf_import": 5,
     "seq2seq.distill": 5,  # a teacher translates a corpus (decoding) into training data
-    "seq2seq.cli": 6,
-    "seq2seq.serving": 6,  # seq2seq-serve's app: requests take seq2seq-translate's options
-    "seq2seq": 7,  # the package itself: the public API re-exported (lazily) at the top level
+    "seq2seq.serving": 6,
+    "seq2seq.cli": 7,  # seq2seq-serve starts the server
+    "seq2seq": 8,  # the package itself: the public API re-exported (lazily) at the top level
+    # scripts/: above the whole package; the benchmark engines -> timing -> rows -> report
+    "scripts.bench": 9, "scripts.bench.engines": 9,
+    "scripts.bench.timing": 10, "scripts.bench.isolate": 10,
+    "scripts.bench.decode": 11, "scripts.bench.train": 11, "scripts.bench.attention": 11,
+    "scripts.bench.profile": 11, "scripts.bench.vocab": 11, "scripts.bench.split": 11,
+    "scripts.bench.shared": 11, "scripts.bench.data": 11, "scripts.bench.load": 11,
+    "scripts.bench.report": 12,
+    "scripts.bench.run": 13,
+    "scripts.*": 14,  # the scripts a user runs (scripts/*.py)
 }
+# a package's own __init__, not its modules (those must each have a row)
+EXACT = {"seq2seq", "scripts.bench"}
 MAX_FUNCTION_LINES = 60
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _covers(name: str, module: str) -> bool:
+    if name.endswith(".*"):  # the direct children of a folder
+        rest = module.removeprefix(name[:-1])
+        return rest != module and "." not in rest
+    return module == name or (name not in EXACT and module.startswith(name + "."))
 
 
 def _layer(module: str) -> int:
-    # "seq2seq" is the package's own __init__ only: a module missing from the table must fail
-    hits = [name for name in LAYERS
-            if module == name or (name != "seq2seq" and module.startswith(name + "."))]
+    hits = [name for name in LAYERS if _covers(name, module)]
     if not hits:
         raise AssertionError(f"{module} is in no layer of LAYERS: add it (and to ARCHITECTURE.md)")
     return LAYERS[max(hits, key=len)]
 
 
-def _imports(path: Path) -> set[str]:
-    """Every ``seq2seq...`` module a file imports, at any depth (lazy imports included)."""
-    tree, out = ast.parse(path.read_text()), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seq2seq"):
-            out.add(node.module)
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _ours(module: str) -> bool:
+    return module.split(".")[0] in ("seq2seq", "scripts")
+
+
+def _imports(source: str, known: set[str]) -> set[tuple[str, str | None]]:
+    """Every (module, name) of ours the source imports, at any depth (lazy imports
+    included); ``from a import b`` is the module ``a.b`` when that is a module."""
+    out: set[tuple[str, str | None]] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and _ours(node.module or ""):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add((sub, None) if sub in known else (node.module, alias.name))
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("seq2seq"))
+            out.update((a.name, None) for a in node.names if _ours(a.name))
     return out
 
 
-GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+def _files(root: Path) -> dict[str, Path]:
+    return {_module_name(p, root): p for d in ("seq2seq", "scripts")
+            for p in sorted((root / d).rglob("*.py"))}
 
 
-def _upward(graph: dict[str, set[str]]) -> list[str]:
+def _graph(root: Path) -> dict[str, set[tuple[str, str | None]]]:
+    files = _files(root)
+    return {mod: _imports(path.read_text(), set(files)) for mod, path in files.items()}
+
+
+def _edges(graph) -> dict[str, set[str]]:
+    return {mod: {dep for dep, _ in deps} for mod, deps in graph.items()}
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
     return [f"{mod} (layer {_layer(mod)}) imports {dep} (layer {_layer(dep)})"
-            for mod, deps in graph.items() for dep in deps if _layer(dep) > _layer(mod)]
+            for mod, deps in edges.items() for dep in deps if _layer(dep) > _layer(mod)]
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(mod: str, path: list[str]) -> list[str] | None:
+        state[mod] = 1
+        for dep in sorted(edges.get(mod, ())):
+            if dep in edges and state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep in edges and dep not in state and (found := visit(dep, path + [dep])):
+                return found
+        state[mod] = 2
+        return None
+
+    for mod in sorted(edges):
+        if mod not in state and (found := visit(mod, [mod])):
+            return found
+    return None
+
+
+def _documented(architecture: str) -> tuple[set[str], set[str]]:
+    """The package's modules and folders named in ARCHITECTURE.md's module table (the first
+    table after "## Modules")."""
+    section = architecture.split("## Modules", 1)[1].lstrip().splitlines()
+    table = "\n".join(itertools.takewhile(lambda line: line.startswith("|"), section))
+    names = re.findall(r"^\| `([\w/]+(?:\.py|/))` \|", table, re.M)
+    modules = {"seq2seq." + n.removesuffix(".py").replace("/", ".") for n in names if n.endswith(".py")}
+    folders = {"seq2seq." + n.rstrip("/").replace("/", ".") for n in names if n.endswith("/")}
+    return modules, folders
+
+
+def _not_public(graph, modules: set[str], folders: set[str], packages: set[str]) -> list[str]:
+    """Imports by scripts of what is not the package's public API: the top level, the
+    documented modules and folders, the subpackages' ``__init__``; never a ``_`` name."""
+    bad = []
+    for mod, deps in graph.items():
+        if not mod.startswith("scripts"):
+            continue
+        for dep, name in deps:
+            if not dep.startswith("seq2seq"):
+                continue
+            public = (dep == "seq2seq" or dep in modules or dep in packages
+                      or any(_covers(f, dep) for f in folders))
+            private = any(p.startswith("_") for p in [*dep.split("."), name or ""])
+            if not public or private:
+                bad.append(f"{mod} imports {dep}{'.' + name if name else ''}")
+    return bad
+
+
+GRAPH = _graph(ROOT)
+PACKAGES = {_module_name(p, ROOT) for p in PACKAGE.rglob("__init__.py")}
 
 
 def test_imports_only_go_down_the_layers():
-    upward = _upward(GRAPH)
+    upward = _upward(_edges(GRAPH))
     assert not upward, "\n".join(upward)
 
 
 def test_no_import_cycles():
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    cycle = _cycle(_edges(GRAPH))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
-    def visit(mod: str, path: list[str]) -> None:
-        state[mod] = 1
-        for dep in sorted(GRAPH.get(mod, ())):
-            if dep not in GRAPH:
-                continue
-            if state.get(dep) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
-            if dep not in state:
-                visit(dep, path + [dep])
-        state[mod] = 2
 
-    for mod in GRAPH:
-        if mod not in state:
-            visit(mod, [mod])
+def test_scripts_use_only_the_public_api():
+    modules, folders = _documented((ROOT / "ARCHITECTURE.md").read_text())
+    missing = sorted([m for m in modules if m not in GRAPH]
+                     + [f for f in folders if not (ROOT / f.replace(".", "/")).is_dir()])
+    assert not missing, f"ARCHITECTURE.md documents modules that do not exist: {missing}"
+    assert any(m.startswith("scripts.") for m in GRAPH) and len(modules) > 40
+    bad = _not_public(GRAPH, modules, folders, PACKAGES)
+    assert not bad, "\n".join(bad)
 
 
 def test_no_function_over_the_limit():
     long = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *SCRIPTS.rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({n} lines)")
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "\n".join(long)
 
 
-def test_the_checks_can_fail():
-    """An upward import is reported, a downward one is not, and nested imports are found."""
-    assert _upward({"seq2seq.model.cache": {"seq2seq.decoding.search"}})
-    assert not _upward({"seq2seq.decoding.search": {"seq2seq.model.cache"}})
-    src = "def f():\n    from seq2seq.cli.train import main\n"
-    found = {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom)}
-    assert found == {"seq2seq.cli.train"}
+PLANTED = {  # a tree with one of each fault, found through the same parsing as the real one
+    "seq2seq/__init__.py": "",
+    "seq2seq/model/__init__.py": "",
+    "seq2seq/model/cache.py": "def f():\n    from seq2seq.decoding import search\n",  # upward
+    "seq2seq/decoding/__init__.py": "",
+    "seq2seq/decoding/search.py": "import seq2seq.model.cache as cache\n",
+    "seq2seq/serving/api.py": "from seq2seq.cli.translate import decoding_from_args\n",  # upward
+    "seq2seq/cli/translate.py": "from seq2seq.serving import api\n",
+    "scripts/bench/__init__.py": "",
+    "scripts/bench/isolate.py": "def child():\n    from scripts.bench.decode import hf_model\n",
+    "scripts/bench/decode.py": "from scripts.bench import isolate\n",  # cycle via isolate
+    "scripts/bench/engines.py": "from seq2seq.serving.loadtest import run\n",  # undocumented
+    "scripts/tool.py": "from seq2seq.model import _private\n",  # a private name
+}
+
+
+def test_the_checks_can_fail(tmp_path):
+    """A planted upward import, cycle, undocumented module and private name are each
+    reported, from source text (lazy, aliased and ``from package import module`` forms)."""
+    for rel, text in PLANTED.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = _graph(tmp_path)
+    edges = _edges(graph)
+    assert edges["scripts.bench.decode"] == {"scripts.bench.isolate"}  # not the package
+    assert edges["seq2seq.decoding.search"] == {"seq2seq.model.cache"}
+    assert sorted(_upward(edges)) == [
+        "scripts.bench.isolate (layer 10) imports scripts.bench.decode (layer 11)",
+        "seq2seq.model.cache (layer 2) imports seq2seq.decoding.search (layer 4)",
+        "seq2seq.serving.api (layer 6) imports seq2seq.cli.translate (layer 7)"]
+    assert _cycle(edges) in (["scripts.bench.decode", "scripts.bench.isolate", "scripts.bench.decode"],
+                             ["seq2seq.cli.translate", "seq2seq.serving.api", "seq2seq.cli.translate"])
+    del edges["scripts.bench.decode"], edges["seq2seq.serving.api"]
+    assert _cycle(edges) == ["seq2seq.decoding.search", "seq2seq.model.cache",
+                             "seq2seq.decoding.search"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    documented = ({"seq2seq.model.cache"}, set())
+    assert _not_public(graph, *documented, {"seq2seq.model"}) == [
+        "scripts.bench.engines imports seq2seq.serving.loadtest.run",
+        "scripts.tool imports seq2seq.model._private"]
+    assert _documented("## Modules\n\n| `model/cache.py` | x |\n| `cli/` | y |\n\nScripts:\n\n"
+                       "| `run.py` | z |\n") == ({"seq2seq.model.cache"}, {"seq2seq.cli"})
+    with pytest.raises(AssertionError, match="in no layer"):
+        _layer("scripts.bench.new_module")
+    assert _layer("scripts.new_tool") == LAYERS["scripts.*"] and _layer("seq2seq.cli.x") == 7

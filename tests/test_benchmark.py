@@ -19,6 +19,7 @@ import torch
 
 from scripts.bench import attention as A
 from scripts.bench import decode as D
+from scripts.bench import engines as E
 from scripts.bench import profile as P
 from scripts.bench import report as R
 from scripts.bench import timing as T
@@ -148,7 +149,7 @@ def test_pass_fail_is_ratio_against_need_and_the_table_prints_the_ratio():
              "seconds": 1.0, "sent_per_s": 10.0, "tok_per_s": 100.0, "ours_over_this": ratio,
              "agree_pct": 100.0, "rss_peak_mb": 1.0, "rss_rise_mb": 1.0}
             for i, ratio in enumerate((0.5, 2.999, 3.0, 7.25))]
-    targets = [R.target(f"t{i}", row, 3.0) for i, row in enumerate(rows)]
+    targets = [T.target(f"t{i}", row, 3.0) for i, row in enumerate(rows)]
     assert [t["pass"] for t in targets] == [r["ours_over_this"] >= 3.0 for r in rows]
     assert [r["pass"] for r in rows] == [False, False, True, True]
     table = R.decode_table({"rows": rows, "notes": [], "skipped": []}, "decode")
@@ -169,7 +170,7 @@ def test_batches_follow_the_token_budget_and_the_library_length_rule(ckpt):
     lengths = [3, 9, 1, 6, 4, 30, 12, 2, 7, 5]
     ids = [[5] * n for n in lengths]
     src_vocab = [f"p{i}" for i in range(100)]
-    batches = D.make_batches(ids, 24, arch, src_vocab)
+    batches = E.make_batches(ids, 24, arch, src_vocab)
     seen = sorted(i for b in batches for i in b.index)
     assert seen == list(range(len(ids)))  # every sentence exactly once
     assert max(lengths) + 1 > 24 and [b.index for b in batches][0] == [5]  # oversized: alone, first
@@ -183,21 +184,21 @@ def test_batches_follow_the_token_budget_and_the_library_length_rule(ckpt):
         assert b.pieces == [[f"p{t}" for t in ids[i]] + [f"p{arch.eos_id}"] for i in b.index]
     widths = [b.src.shape[1] for b in batches]
     assert widths == sorted(widths, reverse=True)  # longest batch first
-    assert D.make_batches(ids, 24, arch)[0].pieces == []  # no vocabulary: no pieces
+    assert E.make_batches(ids, 24, arch)[0].pieces == []  # no vocabulary: no pieces
 
 
 def test_source_ids_are_truncated_to_fit_the_eos(ckpt):
     arch = build_model(ckpt).arch
     tokenizers = TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
     long_text = " ".join(["Ein Hund rennt durch den Schnee."] * 20)
-    ids = D.source_ids([long_text, "Ein Hund."], tokenizers, arch)
+    ids = E.source_ids([long_text, "Ein Hund."], tokenizers, arch)
     assert len(ids[0]) == arch.max_positions - 1
     assert ids[1] == tokenizers.src.encode(["Ein Hund."])[0]
 
 
 # ---------------------------------------------------------------- decode section
 def test_decoding_section_ratios_targets_and_agreement(ckpt_path, ckpt):
-    texts = D.read_test_sources(ckpt, DATA, limit=6)
+    texts = E.read_test_sources(ckpt, DATA, limit=6)
     assert len(texts) == 6
     res = D.bench_decoding(ckpt_path, ckpt, texts, repeats=1, max_tokens=(40, 80), beam_size=2,
                            force_length=8, uncached_limit=3, log=lambda _: None)
@@ -242,13 +243,13 @@ def test_decoding_section_ratios_targets_and_agreement(ckpt_path, ckpt):
 
 def test_engines_share_each_batch_length_limit(ckpt):
     model = build_model(ckpt)
-    ids = D.source_ids(D.read_test_sources(ckpt, DATA, limit=4), TokenizerPair.from_state(
+    ids = E.source_ids(E.read_test_sources(ckpt, DATA, limit=4), TokenizerPair.from_state(
         ckpt["seq2seq"]["tokenizers"]), model.arch)
-    batches = D.make_batches(ids, 60, model.arch)
-    hyps = D.ours_engine(model)(batches)
+    batches = E.make_batches(ids, 60, model.arch)
+    hyps = E.ours_engine(model)(batches)
     # A random model never emits EOS: every 1-best runs to its batch's limit.
     assert [len(h) for h in hyps] == [b.max_len for b in batches for _ in b.index]
-    assert D.agreement(hyps, hyps) == 100.0 and D.agreement([[1]], [[2]]) == 0.0
+    assert E.agreement(hyps, hyps) == 100.0 and E.agreement([[1]], [[2]]) == 0.0
 
 
 # ---------------------------------------------------------------- train, attention
@@ -311,7 +312,7 @@ def test_attention_section_small_shapes():
 
 # ---------------------------------------------------------------- profile
 def test_profile_reports_each_phase_label_that_ran(ckpt):
-    texts = D.read_test_sources(ckpt, DATA, limit=4)
+    texts = E.read_test_sources(ckpt, DATA, limit=4)
     res = P.profile_beam(build_model(ckpt), ckpt, texts, beam_size=2, max_tokens=40, n_batches=1)
     labels = [p["label"] for p in res["phases"]]
     ran = {"seq2seq.encode", "seq2seq.decode_step", "seq2seq.decoder.self_attn",

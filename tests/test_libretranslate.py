@@ -19,9 +19,9 @@ from helpers import run_main  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from scripts.bench.load import server_process  # noqa: E402
 from seq2seq.cli.translate import main as translate_main  # noqa: E402
 from seq2seq.serving.keys import ApiKeys, KeyRefused  # noqa: E402
-from seq2seq.serving.loadtest import server_process  # noqa: E402
 from seq2seq.serving.markup import split_html, text_runs, translate_html  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,6 +21,7 @@ import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from helpers import save_tiny_checkpoint  # noqa: E402
 
+from scripts.bench.load import check_loopback, decoding_of, run_loadtest  # noqa: E402
 from seq2seq.cli.serve import build_parser, config_from_args  # noqa: E402
 from seq2seq.cli.serve import main as serve_main  # noqa: E402
 from seq2seq.cli.translate import build_parser as translate_parser  # noqa: E402
@@ -29,7 +30,7 @@ from seq2seq.config import ServeConfig  # noqa: E402
 from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.plotting import _panels  # noqa: E402  (the weights plot_attention draws)
 from seq2seq.serving import MicroBatcher, create_app, load_models, running  # noqa: E402
-from seq2seq.serving.loadtest import check_loopback, run_loadtest  # noqa: E402
+from seq2seq.serving.api import DecodingOptions, decoding_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
@@ -412,6 +413,23 @@ def test_mixed_load_test_checks_both_apis_and_reports_memory():
     assert report.libre_requests == 3
     assert 0 < report.rss_before_mb <= report.rss_peak_mb and report.rss_after_mb > 0
     assert any("LibreTranslate requests: 3 of 6" in line for line in report.lines())
+
+
+@pytest.mark.parametrize("options", [{}, {"beam": 2}, {"beam": 1}, {"beam": 4, "nbest": 2},
+                                     {"sample": True, "topk": 5, "seed": 3},
+                                     {"lenpen": 1.0, "length_penalty": "gnmt", "max_len_b": 7},
+                                     {"no_repeat_ngram_size": 0, "stopping": "exact"}])
+def test_load_test_checks_answers_against_the_servers_own_decoding(options):
+    """The load test's offline reference decodes as the server does for the same request
+    options, though it reaches the server only through its HTTP API."""
+    assert decoding_of(options) == decoding_for(DecodingOptions(**options), ServeConfig())
+
+
+def test_load_test_refuses_options_the_server_would():
+    for options, words in [({"beams": 2}, "option 'beams'"), ({"beam": 0}, "--beam 0"),
+                           ({"max_tokens": 10}, "option 'max_tokens'")]:
+        with pytest.raises(ValueError, match=words):
+            decoding_of(options)
 
 
 def test_load_test_refuses_other_machines_and_unbounded_runs():

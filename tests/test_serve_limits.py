@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 import httpx  # noqa: E402
 
-from seq2seq.serving.loadtest import server_child  # noqa: E402
+from scripts.bench.load import server_child  # noqa: E402
 from seq2seq.serving.server import RateLimitedLog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,13 @@
-"""Speed benchmarks of ``seq2seq`` against peer implementations, using only the package's
-public API (``scripts/benchmark.py`` and ``scripts/benchmark_data.py`` are the CLIs).
+"""Speed benchmarks of ``seq2seq`` against peer implementations, and the server's load test,
+using only the package's public API (``scripts/benchmark.py``, ``scripts/benchmark_data.py``
+and ``scripts/loadtest.py`` are the CLIs). Layers, each importing only from those before it:
 
-timing     measure (median after a warm-up), peak RSS, threads, load-average guard
-decode     decoding inputs, engines (ours, HF generate, CTranslate2), rows, the decode section
-train      one optimizer step, ours vs MarianMTModel: the train section
-attention  SDPA vs reference attention: the attention section
-profile    torch.profiler over our beam search with ``seq2seq.profiling`` phase labels
-report     targets (ratio >= need) and the printed tables
+engines    what is timed, on what: decode batches, our search, HF generate, training steps
+timing     measure (median after a warm-up), peak RSS, threads, load guard, rows, targets
+isolate    one engine per process: a row timed in a fresh child (CTranslate2's engine here)
+decode, train, attention, profile, vocab, split, shared, data, load
+           the sections: their rows, ratios and targets (data: the data pipeline; load:
+           the load test of ``seq2seq-serve``)
+report     the printed tables and the targets report
 run        ``run()``: the chosen sections in order, JSON-ready results
-data       the data-pipeline benchmark (cold and warm cache)
 """

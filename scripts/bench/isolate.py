@@ -59,7 +59,7 @@ def run_row(spec: dict, sweep: dict[int, Sequence[Any]], threads: int,
 
 # ---------------------------------------------------------------- child side
 def build_engine(spec: dict):
-    """The engine callable of ``spec`` over ``DecodeBatch`` lists (see scripts.bench.decode)."""
+    """The engine callable of ``spec`` over ``DecodeBatch`` lists (see scripts.bench.engines)."""
     kind, beam = spec["engine"], spec.get("beam_size", 1)
     if kind == "ct2":
         import ctranslate2
@@ -70,7 +70,7 @@ def build_engine(spec: dict):
                           spec.get("no_repeat_ngram", 0))
     import torch
 
-    from scripts.bench.decode import hf_engine, ours_engine
+    from scripts.bench.engines import hf_engine, hf_model, ours_engine
     from seq2seq.checkpoint import build_model, load_checkpoint
     torch.set_num_threads(spec["threads"])
     model = build_model(load_checkpoint(spec["checkpoint"]))
@@ -80,7 +80,6 @@ def build_engine(spec: dict):
                            force_length=spec.get("force_length"),
                            stopping=spec.get("stopping", "heuristic"))
     if kind == "hf":
-        from scripts.bench.decode import hf_model
         return hf_engine(hf_model(model), model.arch, beam, spec.get("early_stopping", False))
     raise ValueError(f"unknown engine {kind!r}")
 
@@ -112,14 +111,14 @@ def child_batches(specs: list[dict], engine: str) -> list:
         return [SimpleNamespace(**s) for s in specs]
     import torch
 
-    from scripts.bench.decode import DecodeBatch
+    from scripts.bench.engines import DecodeBatch
     return [DecodeBatch(s["index"], torch.tensor(s["src"]), [], s["max_len"]) for s in specs]
 
 
 def run_train_row(spec: dict, batches: Sequence[Any], threads: int,
                   timeout: float | None = None) -> dict:
     """Time one training-step row (``spec``: engine "ours" or "hf", precision, checkpoint,
-    repeats) on ``batches`` in a fresh process; returns the row (``train.train_row``)."""
+    repeats) on ``batches`` in a fresh process; returns the row (``timing.train_row``)."""
     import dataclasses
 
     import torch
@@ -133,7 +132,8 @@ def run_train_row(spec: dict, batches: Sequence[Any], threads: int,
 def child_train(spec: dict) -> dict:
     import torch
 
-    from scripts.bench import train
+    from scripts.bench import engines
+    from scripts.bench.timing import train_row
     from seq2seq.checkpoint import build_model, load_checkpoint
     torch.set_num_threads(spec["threads"])
     from seq2seq.data.batch import Batch
@@ -141,14 +141,13 @@ def child_train(spec: dict) -> dict:
     batches = [Batch(**fields) for fields in torch.load(spec["batches"], weights_only=True)]
     bf16, model = spec["precision"] != "fp32", build_model(ckpt)
     if spec["engine"] == "ours":
-        step, name = train.ours_train_step(model, bf16), "ours"
+        step, name = engines.ours_train_step(model, bf16), "ours"
     else:
-        from scripts.bench.decode import hf_model
-        hf = hf_model(model)
-        step, name = train.hf_train_step(hf, model.arch.pad_id, bf16), "HF " + type(hf).__name__
-    row = train.train_row(name, spec["precision"], step, batches, spec["repeats"],
-                          engine=spec["engine"])
-    return {**row, "trainable": train.trainable(model), "pid": os.getpid()}
+        hf = engines.hf_model(model)
+        step, name = engines.hf_train_step(hf, model.arch.pad_id, bf16), "HF " + type(hf).__name__
+    row = train_row(name, spec["precision"], step, batches, spec["repeats"],
+                    engine=spec["engine"])
+    return {**row, "trainable": engines.trainable(model), "pid": os.getpid()}
 
 
 def child_main(spec_path: str, out_path: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch.profiler import ProfilerActivity
 
-from scripts.bench.decode import make_batches, ours_engine, source_ids
+from scripts.bench.engines import OPTIM, adam, make_batches, ours_engine, source_ids
 from seq2seq import profiling
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.model import Seq2Seq
@@ -65,7 +65,6 @@ def profile_training(model: Seq2Seq, batches: Sequence, row_limit: int = 20) -> 
     batch, after an untimed warm-up step: time per phase and the top operators."""
     from torch.profiler import record_function
 
-    from scripts.bench.train import OPTIM, adam
     from seq2seq.training.module import Seq2SeqModule  # pulls in lightning
 
     module = Seq2SeqModule(arch=model.arch, optim=OPTIM)

@@ -1,4 +1,4 @@
-"""Targets (a ratio that must reach a bound) and the printed tables of every section."""
+"""The printed tables of every section and the report of the speed targets."""
 
 from __future__ import annotations
 
@@ -7,13 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from scripts.bench.timing import rss_label, rss_value
-
-
-def target(name: str, row: dict, need: float) -> dict:
-    """Attach a ``ratio >= need`` target to the row holding the ratio, and return it."""
-    ratio = row["ours_over_this"]
-    row["target"], row["pass"] = need, ratio >= need
-    return {"target": name, "ratio": ratio, "need": need, "pass": ratio >= need}
 
 
 def fmt(value: Any, spec: str = "") -> str:

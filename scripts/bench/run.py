@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from scripts.bench.attention import bench_attention
-from scripts.bench.decode import TEST_SPLIT, bench_decoding, read_test_sources
+from scripts.bench.decode import bench_decoding
+from scripts.bench.engines import TEST_SPLIT, read_test_sources, training_batches
 from scripts.bench.profile import profile_beam, profile_training
 from scripts.bench.report import (
     attention_table,
@@ -42,7 +43,7 @@ from scripts.bench.timing import (
     other_work_warning,
     set_threads,
 )
-from scripts.bench.train import PRECISIONS, bench_levers, bench_training, training_batches
+from scripts.bench.train import PRECISIONS, bench_levers, bench_training
 from scripts.bench.vocab import bench_vocab
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import ModelConfig, from_dict

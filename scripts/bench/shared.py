@@ -45,7 +45,7 @@ def child_run(task: str, ckpt_path: str, data_dir: str, n: int, repeats: int) ->
     choice = runtime.start(log=open(os.devnull, "w"))
     from scripts.bench.timing import measure
     if task == "translate":
-        from scripts.bench.decode import read_test_sources
+        from scripts.bench.engines import read_test_sources
         from seq2seq.checkpoint import load_checkpoint
         from seq2seq.decoding.translator import Translator
         texts = read_test_sources(load_checkpoint(ckpt_path), data_dir, limit=n)
@@ -54,7 +54,7 @@ def child_run(task: str, ckpt_path: str, data_dir: str, n: int, repeats: int) ->
                     warmup=lambda: translator.translate(texts[:50]), engine="ours")
         rate = len(texts) / m.seconds
     else:
-        from scripts.bench.train import ours_train_step, training_batches
+        from scripts.bench.engines import ours_train_step, training_batches
         from seq2seq.checkpoint import build_model, load_checkpoint
         ckpt = load_checkpoint(ckpt_path)
         batches = training_batches(ckpt, data_dir, ROOT / ".cache" / "seq2seq", 4096, n)

@@ -1,5 +1,7 @@
 """How every number is taken: median of timed runs after a warm-up, peak RSS per row, one
-thread count for all engines, and the load average that says whether the machine was quiet.
+thread count for all engines, and the load average that says whether the machine was quiet;
+a timed training-step row (:func:`train_row`) and a speed target (a ratio that must reach a
+bound: :func:`target`).
 
 Peak RSS is measured in this process: the kernel's high-water mark is reset before each
 row's warm-up (``/proc/self/clear_refs``) and the row reports how far it rose above the
@@ -15,7 +17,7 @@ import re
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,25 @@ def measure(fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any] | Non
     else:  # Linux reports ru_maxrss in kB: the peak since the process started
         peak_mb, rise_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, None
     return Measurement(statistics.median(times), times, result, peak_mb, rise_mb)
+
+
+def train_row(name: str, precision: str, step: Callable[[Any], int], batches: Sequence,
+              repeats: int, engine: str | None = None) -> dict:
+    """Time ``step`` over all ``batches`` (warm-up: one step on the first batch); ``engine``
+    claims this process for that engine (one engine per process)."""
+    m = measure(lambda: sum(step(b) for b in batches), repeats, warmup=lambda: step(batches[0]),
+                engine=engine)
+    return {"engine": name, "precision": precision, "batches": len(batches),
+            "target_tokens": m.result, "seconds": m.seconds, "times": m.times,
+            "tok_per_s": m.result / m.seconds, "ms_per_step": 1000 * m.seconds / len(batches),
+            "rss_peak_mb": m.rss_peak_mb, "rss_rise_mb": m.rss_rise_mb, "ours_over_this": None}
+
+
+def target(name: str, row: dict, need: float) -> dict:
+    """Attach a ``ratio >= need`` target to the row holding the ratio, and return it."""
+    ratio = row["ours_over_this"]
+    row["target"], row["pass"] = need, ratio >= need
+    return {"target": name, "ratio": ratio, "need": need, "pass": ratio >= need}
 
 
 def rss_label() -> str:

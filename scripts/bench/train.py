@@ -1,111 +1,24 @@
-"""The train section: target tokens/s of one optimizer step (loss + backward + Adam) of ours
-(``Seq2SeqModule.loss``) and of ``MarianMTModel`` with ``labels`` at the same dims, on the
-same real Multi30k batches from ``TokenBudgetSampler``; fp32 and bf16 autocast."""
+"""The train section: target tokens/s of one optimizer step (``engines``: loss + backward +
+Adam) of ours and of ``MarianMTModel`` with ``labels`` at the same dims, on the same real
+Multi30k batches from ``TokenBudgetSampler``; fp32 and bf16 autocast, each row in its own
+process. The levers section: our step with each speed lever switched alone."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import torch
 
-from scripts.bench.report import target
-from scripts.bench.timing import measure, optional, rss_note
+from scripts.bench import isolate
+from scripts.bench.engines import OPTIM, hf_model, ours_train_step
+from scripts.bench.timing import optional, rss_note, target, train_row
 from seq2seq.checkpoint import build_model
-from seq2seq.config import DataConfig, OptimConfig
-from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.model import Seq2Seq
 
 Log = Callable[[str], None]
-Step = Callable[[Any], int]  # one optimizer step on a batch; returns its target tokens
-
-# Plain cross-entropy: Marian's own loss has no label smoothing. A small constant lr keeps
-# the weights (hence the arithmetic) sane over the timed steps; it does not change the cost.
-OPTIM = OptimConfig(lr=1e-4, label_smoothing=0.0)
 PRECISIONS = ("fp32", "bf16 autocast")
-
-
-def training_batches(ckpt: dict, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
-                     max_tokens: int = 4096, n: int = 8, seed: int = 1) -> list:
-    """The first ``n`` batches of a shuffled training epoch, as training sees them."""
-    from seq2seq.data.datamodule import Seq2SeqDataModule  # pulls in datasets + lightning
-
-    meta = ckpt["seq2seq"]
-    dm = Seq2SeqDataModule(DataConfig(data_dir=str(data_dir), src_lang=meta["src_lang"],
-                                      tgt_lang=meta["tgt_lang"], max_tokens=max_tokens,
-                                      cache_dir=str(cache_dir), seed=seed))
-    dm.use_tokenizers(TokenizerPair.from_state(meta["tokenizers"]))
-    dm.setup("fit")
-    return first_batches(dm, n)
-
-
-def first_batches(dm, n: int) -> list:
-    """The first ``n`` batches of ``dm``'s training loader (set up)."""
-    batches = []
-    for batch in dm.train_dataloader():
-        batches.append(batch)
-        if len(batches) == n:
-            break
-    return batches
-
-
-def adam(model: torch.nn.Module) -> torch.optim.Adam:
-    return torch.optim.Adam(model.parameters(), lr=OPTIM.lr, betas=OPTIM.betas, eps=OPTIM.eps)
-
-
-def ours_train_step(model: Seq2Seq, bf16: bool, optim: OptimConfig = OPTIM,
-                    compile: bool = False) -> Step:
-    """``Seq2SeqModule.loss`` + backward + Adam step on ``model``'s weights."""
-    from seq2seq.training.module import Seq2SeqModule  # pulls in lightning
-
-    module = Seq2SeqModule(arch=model.arch, optim=optim)
-    module.model = model.train()  # the public slot configure_model fills when training
-    if compile:
-        model.compile(dynamic=True)  # as Seq2SeqModule(compile=True) does
-    opt = adam(model)
-
-    def step(batch) -> int:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss, n_tokens = module.loss(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return n_tokens
-
-    return step
-
-
-def hf_train_step(marian, pad_id: int, bf16: bool) -> Step:
-    """``MarianMTModel(..., labels=...)`` (its own cross-entropy) + backward + Adam step."""
-    marian.train()
-    opt = adam(marian)
-
-    def step(batch) -> int:
-        labels = batch.tgt_out.masked_fill(batch.tgt_out == pad_id, -100)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = marian(input_ids=batch.src, attention_mask=batch.src.ne(pad_id),
-                          decoder_input_ids=batch.tgt_in, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return int((labels != -100).sum())
-
-    return step
-
-
-def train_row(name: str, precision: str, step: Step, batches: Sequence, repeats: int,
-              engine: str | None = None) -> dict:
-    """Time ``step`` over all ``batches`` (warm-up: one step on the first batch); ``engine``
-    claims this process for that engine (one engine per process)."""
-    m = measure(lambda: sum(step(b) for b in batches), repeats, warmup=lambda: step(batches[0]),
-                engine=engine)
-    return {"engine": name, "precision": precision, "batches": len(batches),
-            "target_tokens": m.result, "seconds": m.seconds, "times": m.times,
-            "tok_per_s": m.result / m.seconds, "ms_per_step": 1000 * m.seconds / len(batches),
-            "rss_peak_mb": m.rss_peak_mb, "rss_rise_mb": m.rss_rise_mb, "ours_over_this": None}
 
 
 def bench_training(ckpt_path: str, ckpt: dict, batches: Sequence, *, repeats: int = 3,
@@ -113,9 +26,6 @@ def bench_training(ckpt_path: str, ckpt: dict, batches: Sequence, *, repeats: in
                    threads: int = 1, log: Log = print) -> dict:
     """Ours vs Hugging Face, fp32 and bf16 autocast, each row in its own process from the
     checkpoint's weights on the same ``batches``."""
-    from scripts.bench import isolate
-    from scripts.bench.decode import hf_model
-
     rows, targets, skipped, n_params = [], [], [], {}
     have_hf = optional("transformers") is not None
     if not have_hf:
@@ -204,7 +114,3 @@ def train_notes(n_batches: int, n_tok: int, max_tokens: int, n_params: dict[str,
         "trainable parameters: " + ", ".join(f"{k} {v:,}" for k, v in n_params.items()),
         rss_note(),
     ]
-
-
-def trainable(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from scripts.bench.train import OPTIM, first_batches, ours_train_step, train_row
+from scripts.bench.engines import OPTIM, first_batches, ours_train_step
+from scripts.bench.timing import train_row
 from seq2seq.config import DataConfig, ModelConfig, TokenizerConfig, from_dict
 from seq2seq.model import Seq2Seq
 

@@ -22,7 +22,8 @@ import json
 import sys
 
 from seq2seq.cli.common import Parser, add_direction_args, add_model_argument, run_command
-from seq2seq.cli.translate import add_decoding_args, decoding_from_args
+from seq2seq.cli.translate import add_decoding_args
+from seq2seq.config.decoding import decoding_from_args
 
 PROG = "seq2seq-distill"
 

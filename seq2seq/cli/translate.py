@@ -24,11 +24,9 @@ below 0.5 on other text); ``--warn-below P`` flags the outputs below P on stderr
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -42,29 +40,11 @@ from seq2seq.cli.common import (
     check_output_file,
     run_command,
 )
-from seq2seq.config import ConfigError, DecodingConfig
+from seq2seq.config import DecodingConfig
+from seq2seq.config.decoding import decoding_from_args
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
-
-# flag dest -> DecodingConfig field (method and beam_size are derived from --beam/--sample)
-_FIELDS = {
-    "nbest": "nbest",
-    "lenpen": "alpha",
-    "length_penalty": "length_penalty",
-    "max_len_a": "max_len_a",
-    "max_len_b": "max_len_b",
-    "min_len": "min_len",
-    "no_repeat_ngram_size": "no_repeat_ngram_size",
-    "stopping": "stopping",
-    "patience": "patience",
-    "temperature": "temperature",
-    "topk": "top_k",
-    "topp": "top_p",
-    "seed": "seed",
-    "max_tokens": "max_tokens",
-}
-
 
 def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     """Decoding flags (shared with ``seq2seq-evaluate``); every default is None = the
@@ -94,32 +74,6 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", "--batch-tokens", dest="max_tokens", type=int,
                    help=f"padded source tokens per batch (default {d.max_tokens})")
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
-
-
-def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
-    """``DecodingConfig`` defaults overridden by the flags given (ConfigError is a ValueError)."""
-    d = DecodingConfig()
-    over = {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}
-    beam_size = getattr(args, "beam_size", None)
-    if beam_size is not None and beam_size < 1:  # 0 or -1 once silently meant greedy
-        raise ValueError(f"--beam {beam_size}: the beam size must be >= 1 (1 = greedy)")
-    if getattr(args, "sample", False):
-        if beam_size is not None and beam_size > 1:
-            raise ValueError(f"--sample and --beam {beam_size} exclude each other")
-        over["method"] = "sample"
-    elif beam_size is not None:
-        over["method"] = "beam" if beam_size > 1 else "greedy"
-        over["beam_size"] = beam_size if beam_size > 1 else d.beam_size
-    method = over.get("method", d.method)
-    if over.get("nbest", 1) > 1 and method == "greedy":
-        raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")
-    try:
-        return dataclasses.replace(d, **over)
-    except ConfigError as e:  # name the flag the user typed too, not only the field behind it
-        field = re.match(r"DecodingConfig\.(\w+)", str(e))
-        flags = {name: "--" + dest.replace("_", "-") for dest, name in _FIELDS.items()}
-        flag = {**flags, "beam_size": "--beam"}.get(field.group(1)) if field else None
-        raise ValueError(f"{flag}: {e}" if flag else str(e)) from None
 
 
 def ignored_options(args: argparse.Namespace, decoding: DecodingConfig) -> list[str]:

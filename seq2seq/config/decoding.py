@@ -1,13 +1,38 @@
-"""Search settings (``DecodingConfig``): translate, evaluate, validation and the server."""
+"""Search settings (``DecodingConfig``): translate, evaluate, validation and the server; the
+options that set them by their flag names (``decoding_from_args``: the CLIs and the server's
+requests)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from seq2seq.fields import ConfigError, check_fields, positive
 
 MAX_BEAM = 1000  # beam size and n-best: a beam of K keeps K x vocabulary scores per sentence
+
+
+# The options of seq2seq-translate, seq2seq-evaluate and the server's requests, by their flag
+# names: flag dest -> DecodingConfig field (method and beam_size come from --beam/--sample)
+FLAG_FIELDS = {
+    "nbest": "nbest",
+    "lenpen": "alpha",
+    "length_penalty": "length_penalty",
+    "max_len_a": "max_len_a",
+    "max_len_b": "max_len_b",
+    "min_len": "min_len",
+    "no_repeat_ngram_size": "no_repeat_ngram_size",
+    "stopping": "stopping",
+    "patience": "patience",
+    "temperature": "temperature",
+    "topk": "top_k",
+    "topp": "top_p",
+    "seed": "seed",
+    "max_tokens": "max_tokens",
+}
 
 
 @dataclass
@@ -65,3 +90,31 @@ class DecodingConfig:
                 opening = "(" if name == "patience" else "["  # patience 0 is refused above
                 raise ConfigError(f"DecodingConfig.{name} must be in {opening}{low}, {high}], "
                                   f"got {getattr(self, name)}")
+
+
+def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
+    """``DecodingConfig`` defaults overridden by the options given, by their flag names (an
+    ``argparse.Namespace`` or any object with those attributes; ``beam_size`` is ``--beam``).
+    Bad values raise ValueError naming the flag (ConfigError is a ValueError)."""
+    d = DecodingConfig()
+    over = {f: getattr(args, a) for a, f in FLAG_FIELDS.items() if getattr(args, a, None) is not None}
+    beam_size = getattr(args, "beam_size", None)
+    if beam_size is not None and beam_size < 1:  # 0 or -1 once silently meant greedy
+        raise ValueError(f"--beam {beam_size}: the beam size must be >= 1 (1 = greedy)")
+    if getattr(args, "sample", False):
+        if beam_size is not None and beam_size > 1:
+            raise ValueError(f"--sample and --beam {beam_size} exclude each other")
+        over["method"] = "sample"
+    elif beam_size is not None:
+        over["method"] = "beam" if beam_size > 1 else "greedy"
+        over["beam_size"] = beam_size if beam_size > 1 else d.beam_size
+    method = over.get("method", d.method)
+    if over.get("nbest", 1) > 1 and method == "greedy":
+        raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")
+    try:
+        return dataclasses.replace(d, **over)
+    except ConfigError as e:  # name the flag the user typed too, not only the field behind it
+        field = re.match(r"DecodingConfig\.(\w+)", str(e))
+        flags = {name: "--" + dest.replace("_", "-") for dest, name in FLAG_FIELDS.items()}
+        flag = {**flags, "beam_size": "--beam"}.get(field.group(1)) if field else None
+        raise ValueError(f"{flag}: {e}" if flag else str(e)) from None

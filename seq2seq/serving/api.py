@@ -28,8 +28,8 @@ from pydantic import (
     field_validator,
 )
 
-from seq2seq.cli.translate import decoding_from_args
 from seq2seq.config import DecodingConfig, ServeConfig
+from seq2seq.config.decoding import decoding_from_args
 from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.directions import DirectionError, tag_piece
 from seq2seq.serving.batcher import MicroBatcher

@@ -5,10 +5,14 @@ start no request after ``time_limit_s``; each request times out then too), and i
 itself. Reports throughput, p50/p95/p99 latency, errors, and whether every request got its
 own correct answer: the translations the offline ``Translator`` gives for the same texts
 with the same options (computed first, and timed: the offline batch throughput).
+
+It uses only what a user has: the server's HTTP API (``seq2seq-serve`` started as a command),
+``Translator`` and the decoding options by their flag names (``seq2seq.config.decoding``).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import ipaddress
@@ -25,12 +29,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import ServeConfig
-from seq2seq.decoding.translator import Translator
-from seq2seq.serving.api import DecodingOptions, decoding_for
+from seq2seq import DecodingConfig, ServeConfig, Translator, load_checkpoint
+from seq2seq.config.decoding import FLAG_FIELDS, decoding_from_args
 
 MAX_CLIENTS, MAX_REQUESTS = 256, 100_000
+# the decoding options of a /translate request: seq2seq-translate's flags by name
+OPTIONS = {"beam", "sample", *FLAG_FIELDS} - {"max_tokens"}
 
 
 @dataclass
@@ -113,9 +117,21 @@ def read_sentences(path: str | Path, limit: int) -> list[str]:
     return lines[:limit]
 
 
+def decoding_of(options: dict) -> DecodingConfig:
+    """The ``DecodingConfig`` a server decodes a request with ``options`` by (built from the
+    same flag names, with the server's default batch budget); ValueError naming a bad one."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise ValueError(f"option {unknown[0]!r}: not a decoding option of /translate "
+                         f"(those are {', '.join(sorted(OPTIONS))})")
+    flags = {k: v for k, v in options.items() if k != "beam"}
+    return decoding_from_args(argparse.Namespace(
+        **flags, beam_size=options.get("beam"), max_tokens=ServeConfig().max_batch_tokens))
+
+
 def offline(checkpoint: str | Path, texts: list[str], options: dict) -> tuple[list[str], float]:
     """The reference translations and the offline batch throughput (sentences/s)."""
-    decoding = decoding_for(DecodingOptions(**options), ServeConfig())
+    decoding = decoding_of(options)
     translator = Translator.from_checkpoint(checkpoint, decoding=decoding)
     translator.translate(texts[:8])  # warm-up
     start = time.perf_counter()
@@ -293,7 +309,7 @@ def run_loadtest(checkpoint: str | Path, sentences: str | Path, clients: int, re
     if url is not None:
         check_loopback(url)
     options = dict(options or {})
-    DecodingOptions(**options)  # unknown or mistyped options fail here, not in every request
+    decoding_of(options)  # unknown or mistyped options fail here, not in every request
     pool = read_sentences(sentences, clients * requests * texts_per_request)
     hyps, offline_rate = offline(checkpoint, pool, options)
     expected = {False: dict(zip(pool, hyps))}
