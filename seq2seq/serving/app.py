@@ -1,6 +1,9 @@
 """The app ``seq2seq-serve`` runs: our API (:mod:`api`), LibreTranslate's (:mod:`libre`,
 under ``/libretranslate/``), the attention explorer at ``/`` (static files, no build step,
-no CDN), the body limit around all of it, and errors in each API's own shape.
+no CDN), the body limit around all of it, and errors in each API's own shape. With
+``--api libretranslate`` LibreTranslate's API is at the root and ours and the explorer under
+``/seq2seq/`` (:class:`Paths`). Every answer carries CORS headers allowing any origin, and
+preflights are answered, as LibreTranslate does: browser pages and extensions call it.
 
 The OpenAPI schema is at ``/openapi.json``; FastAPI's ``/docs`` and ``/redoc`` pages are
 off, since their scripts come from a CDN (blank pages offline).
@@ -8,22 +11,51 @@ off, since their scripts come from a CDN (blank pages offline).
 
 from __future__ import annotations
 
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
 from seq2seq.serving.api import Server
-from seq2seq.serving.libre import PREFIX, add_routes
+from seq2seq.serving.libre import OURS, PREFIX, add_routes
 from seq2seq.serving.limits import BodyLimit
 from seq2seq.serving.models import ServedModel
 
 STATIC = Path(__file__).with_name("static")
+CORS_MAX_AGE_S = 60 * 60 * 24 * 20  # how long a browser may reuse a preflight (LibreTranslate's)
+
+
+class Paths:
+    """ASGI: repeated slashes merged (``//languages``, from a client given a base URL that
+    ends in ``/``; LibreTranslate's server merges them too) and, with ``libre_at_root``, each
+    path outside ``OURS`` served by the LibreTranslate route under ``PREFIX``; a path under
+    ``OURS`` is ours, with ``OURS`` as its ``root_path`` (the explorer's links stay relative)."""
+
+    def __init__(self, app: ASGIApp, libre_at_root: bool):
+        self.app, self.libre_at_root = app, libre_at_root
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = re.sub("/{2,}", "/", scope["path"])
+        raw = re.sub(rb"/{2,}", b"/", scope.get("raw_path") or path.encode())
+        root = scope.get("root_path", "")
+        if self.libre_at_root:
+            if path == OURS:  # the explorer's relative links need the slash
+                return await RedirectResponse(OURS + "/")(scope, receive, send)
+            if path.startswith(OURS + "/"):
+                root = OURS
+            elif path != PREFIX and not path.startswith(PREFIX + "/"):
+                path, raw = PREFIX + path, PREFIX.encode() + raw
+        await self.app({**scope, "path": path, "raw_path": raw, "root_path": root}, receive, send)
 
 
 def error(path: str, status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -49,6 +81,11 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     app.state.server = server
     app.add_middleware(BodyLimit, max_bytes=server.cfg.max_body_bytes,
                        timeout_s=server.cfg.body_timeout_s, render=error)
+    # added last = outermost: a refused body gets CORS headers too, and paths are final first
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
+                       allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+                       expose_headers=["Authorization"], max_age=CORS_MAX_AGE_S)
+    app.add_middleware(Paths, libre_at_root=server.cfg.api == "libretranslate")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
