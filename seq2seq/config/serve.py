@@ -58,7 +58,6 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
-        check_fields(self)  # types, and api among its choices
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
@@ -84,3 +83,4 @@ class ServeConfig:
             if not math.isfinite(getattr(self, name)):  # NaN passed "> 0"; inf never fires
                 raise ConfigError(f"ServeConfig.{name} must be a finite number of seconds, "
                                   f"got {getattr(self, name)}")
+        check_fields(self)  # types, and api among its choices (after the worded checks)
