@@ -5,7 +5,11 @@ required by origin); and ``seq2seq-serve``'s new options refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -142,3 +146,18 @@ def test_the_new_options_are_checked_in_one_line(tmp_path):
                         (["--require-api-key-origin", "("], "is not a regular expression")):
         code, _, err = run_main(serve_main, ["-m", str(DE_EN), *argv])
         assert code == 2 and words in err and "Traceback" not in err, err
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_any_serve_config_value_is_accepted_valid_or_refused_by_name(data):
+    """``ServeConfig`` (the new ``api`` and ``require_api_key_origin`` among its fields) is
+    valid or refused with a ``ConfigError`` naming the field, never another exception."""
+    field = data.draw(st.sampled_from([f.name for f in dataclasses.fields(ServeConfig)]))
+    value = data.draw(st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=12),
+        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["libretranslate", "(", "[a-"])))
+    try:
+        ServeConfig(**{field: value})
+    except ConfigError as e:
+        assert field in str(e), e

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -58,15 +57,17 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
+        # NaN passes every comparison and inf never ends the wait: requests would hang
+        number = isinstance(self.window_ms, (int, float)) and not isinstance(self.window_ms, bool)
+        if number and not 0 <= self.window_ms <= MAX_WINDOW_MS:
+            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
+                              f"(milliseconds), got {self.window_ms}")
+        check_fields(self)  # types (before any comparison), finite floats, api among its choices
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
                   "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
                   "log_per_minute")
-        # NaN passes every comparison and inf never ends the wait: requests would hang
-        if not 0 <= self.window_ms <= MAX_WINDOW_MS:
-            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
-                              f"(milliseconds), got {self.window_ms}")
         for name in ("max_beam", "max_nbest"):
             if getattr(self, name) > MAX_BEAM:
                 raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
@@ -74,13 +75,8 @@ class ServeConfig:
         if self.require_api_key_origin is not None:
             try:
                 re.compile(self.require_api_key_origin)
-            except (re.error, TypeError) as e:
+            except (re.error, RecursionError, OverflowError) as e:
                 raise ConfigError(f"ServeConfig.require_api_key_origin is not a regular expression "
                                   f"({e}): {self.require_api_key_origin!r}") from None
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
-        for name in ("request_timeout_s", "header_timeout_s", "body_timeout_s"):
-            if not math.isfinite(getattr(self, name)):  # NaN passed "> 0"; inf never fires
-                raise ConfigError(f"ServeConfig.{name} must be a finite number of seconds, "
-                                  f"got {getattr(self, name)}")
-        check_fields(self)  # types, and api among its choices (after the worded checks)
