@@ -11,6 +11,7 @@ off, since their scripts come from a CDN (blank pages offline).
 
 from __future__ import annotations
 
+import logging
 import re
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -64,6 +65,32 @@ def error(path: str, status: int, message: str, headers: dict | None = None) -> 
     return JSONResponse({field: message}, status_code=status, headers=headers)
 
 
+class Failures:
+    """ASGI, inside CORS: an exception no handler took becomes a one-line 500 in its API's
+    shape (Starlette would answer it outside every middleware: without CORS headers, so a
+    page on another origin could not read it), logged with its traceback."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if scope["type"] != "http" or started:
+                raise
+            logging.getLogger("uvicorn.error").exception("request failed: %s", scope["path"])
+            await error(scope["path"], 500, f"Cannot translate text: {type(exc).__name__}")(
+                scope, receive, send)
+
+
 def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -> FastAPI:
     """The FastAPI app serving ``models`` (the first is the default of our API)."""
     server = Server(models, cfg or ServeConfig())
@@ -81,6 +108,7 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     app.state.server = server
     app.add_middleware(BodyLimit, max_bytes=server.cfg.max_body_bytes,
                        timeout_s=server.cfg.body_timeout_s, render=error)
+    app.add_middleware(Failures)
     # added last = outermost: a refused body gets CORS headers too, and paths are final first
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
                        allow_headers=["Authorization", "Content-Type", "X-API-Key"],
