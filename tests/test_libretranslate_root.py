@@ -114,6 +114,18 @@ def test_the_default_stays_ours_at_the_root(models):
         assert c.get("/seq2seq/health").status_code == 404
 
 
+def test_a_libretranslate_client_at_our_root_is_told_where_to_go(models):
+    """The default layout: a client given the bare URL reaches our API and is told where
+    LibreTranslate's is, instead of a bare 422 or 404."""
+    hint = "give LibreTranslate clients http://testserver/libretranslate/"
+    with TestClient(create_app(models)) as c:
+        for got in (c.post("/translate", data={"q": "Hund", "source": "de", "target": "en"}),
+                    c.post("/translate", json={"q": "Hund", "source": "de", "target": "en"}),
+                    c.get("/languages"), c.post("/detect", data={"q": "Hund"})):
+            assert got.status_code in (404, 422) and hint in got.json()["detail"], got.text
+        assert "LibreTranslate" not in c.post("/translate", json={"text": ["Hund"]}).text
+
+
 def test_routes_registered_later_under_the_prefix_are_at_the_root(models):
     """File translation's routes come from another module: they get the same treatment."""
     app = create_app(models, ServeConfig(api="libretranslate"))

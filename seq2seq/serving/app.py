@@ -117,7 +117,8 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error(request.url.path, exc.status_code, str(exc.detail), exc.headers)
+        hint = _libre_hint(request) if exc.status_code in (404, 405) else ""
+        return error(request.url.path, exc.status_code, str(exc.detail) + hint, exc.headers)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, exc: Exception) -> JSONResponse:
@@ -128,11 +129,30 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     async def one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field
         problems = [_where(e["loc"]) + e["msg"] for e in exc.errors()]
-        return error(request.url.path, 422, "; ".join(problems))
+        hint = _libre_hint(request, getattr(exc, "body", None))
+        return error(request.url.path, 422, "; ".join(problems) + hint)
 
     _routes(app, server)
     add_routes(app, server)
     return app
+
+
+LIBRE_ONLY = {"/detect", "/languages", "/frontend/settings", "/suggest", "/spec", "/translate_file"}
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _libre_hint(request: Request, body: object = None) -> str:
+    """Where LibreTranslate's API is, for a LibreTranslate client given our root (its
+    routes, or ``q`` sent to our ``/translate``); "" for anything else."""
+    path = request.url.path
+    asks_libre = path in LIBRE_ONLY or path == "/translate" and (
+        "q" in request.query_params or (isinstance(body, dict) and "q" in body)
+        or request.headers.get("content-type", "").startswith(FORMS))
+    if not asks_libre:
+        return ""
+    base = str(request.base_url).rstrip("/")
+    return (f"; this is seq2seq's own API: give LibreTranslate clients {base}{PREFIX}/ "
+            "(or run seq2seq-serve --api libretranslate)")
 
 
 def _where(loc: tuple) -> str:
