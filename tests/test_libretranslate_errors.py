@@ -19,6 +19,7 @@ from test_libretranslate import DE_EN, EN_DE  # noqa: E402
 from seq2seq.cli.serve import main as serve_main  # noqa: E402
 from seq2seq.config import ConfigError, ServeConfig  # noqa: E402
 from seq2seq.serving import create_app, load_models  # noqa: E402
+from seq2seq.serving.keys import ApiKeys, KeyRefused  # noqa: E402
 
 HUND = {"q": "Hund", "source": "de", "target": "en"}
 
@@ -113,6 +114,17 @@ def test_no_key_is_served_under_the_anonymous_limit(de_en, keys):
     assert keyed.status_code == 200
     assert (settings["apiKeys"], settings["keyRequired"]) == (True, False)
     assert ours.status_code == 403  # our own API still wants its key
+
+
+def test_the_anonymous_limit_is_per_address_and_forgets_idle_ones():
+    now = [0.0]
+    keys = ApiKeys({"k": 5}, clock=lambda: now[0], default_limit=2)
+    keys.check_anonymous("a"), keys.check_anonymous("a"), keys.check_anonymous("b")
+    with pytest.raises(KeyRefused, match="Slowdown: 2 per 1 minute"):
+        keys.check_anonymous("a")
+    now[0] = 61.0
+    keys.check_anonymous("c")  # a and b were idle for a whole window: no longer held
+    assert list(keys._anonymous) == ["c"]
 
 
 def test_keys_required_unless_the_origin_matches(de_en, keys):

@@ -3,9 +3,10 @@
 The file has one key per line, optionally followed by that key's own limit of requests per
 minute (``KEY`` or ``KEY 120``); blank lines and ``#`` comments are skipped. A request
 without a key, or with one not in the file, gets 403 from our API; a key over its limit in
-the last 60 s gets 429. LibreTranslate's API serves a request without a key under the default
-limit per client address (:meth:`ApiKeys.check_anonymous`), as LibreTranslate does. Keys are compared in constant time: each candidate is hashed and compared with
-every stored hash by ``hmac.compare_digest``, never stopping at the first match, so the
+the last 60 s gets 429. LibreTranslate's API serves a request without a key under the
+default limit per client address (:meth:`ApiKeys.check_anonymous`), as LibreTranslate does.
+Keys are compared in constant time: each candidate is hashed and compared with every stored
+hash by ``hmac.compare_digest``, never stopping at the first match, so the
 time taken tells nothing about how much of a key was right.
 """
 
