@@ -5,7 +5,9 @@
 
 Endpoints: POST /translate, POST /attention, GET /health, GET /models; the explorer at /,
 the OpenAPI schema at /openapi.json. LibreTranslate's API (POST /translate, POST /detect,
-GET /languages) is under /libretranslate/: give its clients http://HOST:PORT/libretranslate/.
+GET /languages, ...) is under /libretranslate/: give its clients
+http://HOST:PORT/libretranslate/. With --api libretranslate it is at the root instead (give
+clients http://HOST:PORT/) and ours and the explorer are under /seq2seq/.
 Every checkpoint is loaded once; our API picks one by name (the file's stem, or NAME in
 -m NAME=PATH; the first is the default), LibreTranslate's by language pair. Listens on
 127.0.0.1 unless --host says otherwise; without --api-keys there is no authentication.
@@ -18,6 +20,7 @@ import dataclasses
 import ipaddress
 import socket
 import sys
+import typing
 
 from seq2seq.cli.common import Parser, add_model_argument, check_device, run_command
 from seq2seq.config import ConfigError, ServeConfig
@@ -28,6 +31,8 @@ PROG = "seq2seq-serve"
 _OPTIONS = {
     "host": (str, "address to listen on; anything but loopback is reachable from other machines"),
     "port": (int, "TCP port (0 = any free port)"),
+    "api": (str, "the API at the server root; the other is under a prefix (/libretranslate/ "
+                 "or /seq2seq/)"),
     "window_ms": (float, "collection window: requests arriving within it share a model call"),
     "max_batch_tokens": (int, "source tokens per padded batch within a model call"),
     "max_texts": (int, "texts per /translate request"),
@@ -37,7 +42,11 @@ _OPTIONS = {
     "threads": (int, "torch threads for the model (default: torch's choice)"),
     "api_keys": (str, "file of API keys, one 'KEY [REQUESTS_PER_MINUTE]' a line: requests "
                       "without a valid key get 403"),
-    "req_limit": (int, "requests per minute per API key (a key's own line may say otherwise)"),
+    "req_limit": (int, "requests per minute per API key (a key's own line may say otherwise), "
+                       "and per client address for LibreTranslate requests without a key"),
+    "require_api_key_origin": (str, "with --api-keys: a LibreTranslate request without a key "
+                                    "is refused unless its Origin header matches this regular "
+                                    "expression (default: served under --req-limit)"),
     "max_body_bytes": (int, "request body size, counted while reading (chunked too)"),
     "max_work": (int, "work of one request, summed over its texts; a text's work is its max "
                       "output length x (source + max output length) x beam (or samples)"),
@@ -58,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap, append=True, metavar="[NAME=]CKPT",
                        help="a checkpoint to serve (repeat -m for several models)")
-    d = ServeConfig()
+    d, hints = ServeConfig(), typing.get_type_hints(ServeConfig)
     for dest, (kind, text) in _OPTIONS.items():
+        literal = typing.get_origin(hints[dest]) is typing.Literal
         ap.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind,
+                        choices=typing.get_args(hints[dest]) if literal else None,
                         metavar="FILE" if dest == "api_keys" else None,
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -105,9 +116,9 @@ def run(args: argparse.Namespace) -> None:
     models = load_models(args.checkpoint, device=args.device)
     app = create_app(models, cfg)
     url = url_of(sock)
-    print(f"{PROG}: {', '.join(models)} at {url}/translate; LibreTranslate clients: "
-          f"{url}/libretranslate/; explorer {url}/; OpenAPI schema {url}/openapi.json",
-          file=sys.stderr)
+    ours, libre = (url + "/seq2seq", url) if cfg.api == "libretranslate" else (url, url + "/libretranslate")
+    print(f"{PROG}: {', '.join(models)} at {ours}/translate; LibreTranslate clients: "
+          f"{libre}/; explorer {ours}/; OpenAPI schema {ours}/openapi.json", file=sys.stderr)
     serve(app, sock, log_level=args.log_level)
 
 

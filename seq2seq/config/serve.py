@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
+from typing import Literal
 
 from seq2seq.config.decoding import MAX_BEAM
-from seq2seq.fields import ConfigError, positive
+from seq2seq.fields import ConfigError, check_fields, positive
 
 MAX_WINDOW_MS = 1000.0  # a request never waits longer than this for others to join it
 
@@ -17,6 +18,9 @@ class ServeConfig:
 
     host: str = "127.0.0.1"  # loopback unless told otherwise
     port: int = 8000  # 0 = any free port
+    # which API answers at the server root: ours ("seq2seq": LibreTranslate's then under
+    # /libretranslate/) or LibreTranslate's ("libretranslate": ours and the explorer under /seq2seq/)
+    api: Literal["seq2seq", "libretranslate"] = "seq2seq"
     # requests arriving within window_ms of the first waiting one share model calls (of at
     # most call_work, below); a call pads its texts into batches of at most max_batch_tokens
     # source tokens (+ EOS each: the Translator's max_tokens)
@@ -30,6 +34,10 @@ class ServeConfig:
     # API keys: a file of "KEY [REQUESTS_PER_MINUTE]" lines; None = open server
     api_keys: str | None = None
     req_limit: int = 60  # requests per minute per key, unless its line says otherwise
+    # LibreTranslate's rule with api_keys: a LibreTranslate request without a key is served
+    # under req_limit per client address, unless this is set and the request's Origin header
+    # does not match it (a regular expression, matched at the start): then it gets 400
+    require_api_key_origin: str | None = None
     # What one request may cost. Work of a text: output positions the search may fill (the
     # max-length rule, capped by the model) x (source + output positions) x hypotheses kept
     # (beam, or samples). A model call does at most call_work (a bigger request is cut into
@@ -49,22 +57,26 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
+        # NaN passes every comparison and inf never ends the wait: requests would hang
+        number = isinstance(self.window_ms, (int, float)) and not isinstance(self.window_ms, bool)
+        if number and not 0 <= self.window_ms <= MAX_WINDOW_MS:
+            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
+                              f"(milliseconds), got {self.window_ms}")
+        check_fields(self)  # types (before any comparison), finite floats, api among its choices
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
                   "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
                   "log_per_minute")
-        # NaN passes every comparison and inf never ends the wait: requests would hang
-        if not 0 <= self.window_ms <= MAX_WINDOW_MS:
-            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
-                              f"(milliseconds), got {self.window_ms}")
         for name in ("max_beam", "max_nbest"):
             if getattr(self, name) > MAX_BEAM:
                 raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
                                   f"own bound), got {getattr(self, name)}")
+        if self.require_api_key_origin is not None:
+            try:
+                re.compile(self.require_api_key_origin)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise ConfigError(f"ServeConfig.require_api_key_origin is not a regular expression "
+                                  f"({e}): {self.require_api_key_origin!r}") from None
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
-        for name in ("request_timeout_s", "header_timeout_s", "body_timeout_s"):
-            if not math.isfinite(getattr(self, name)):  # NaN passed "> 0"; inf never fires
-                raise ConfigError(f"ServeConfig.{name} must be a finite number of seconds, "
-                                  f"got {getattr(self, name)}")

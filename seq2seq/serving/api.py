@@ -197,7 +197,8 @@ class Server:
         try:
             served.translator.tag_for(**direction)
         except DirectionError as e:
-            raise HTTPException(422, f"model {served.name!r}: {e}") from None
+            # in the request's words: "name the target language (target_lang)", not the flag
+            raise HTTPException(422, f"model {served.name!r}: {api_words(str(e))}") from None
         return direction
 
     def decoding(self, options: DecodingOptions) -> DecodingConfig:

@@ -1,6 +1,9 @@
 """The app ``seq2seq-serve`` runs: our API (:mod:`api`), LibreTranslate's (:mod:`libre`,
 under ``/libretranslate/``), the attention explorer at ``/`` (static files, no build step,
-no CDN), the body limit around all of it, and errors in each API's own shape.
+no CDN), the body limit around all of it, and errors in each API's own shape. With
+``--api libretranslate`` LibreTranslate's API is at the root and ours and the explorer under
+``/seq2seq/`` (:class:`Paths`). Every answer carries CORS headers allowing any origin, and
+preflights are answered, as LibreTranslate does: browser pages and extensions call it.
 
 The OpenAPI schema is at ``/openapi.json``; FastAPI's ``/docs`` and ``/redoc`` pages are
 off, since their scripts come from a CDN (blank pages offline).
@@ -8,28 +11,84 @@ off, since their scripts come from a CDN (blank pages offline).
 
 from __future__ import annotations
 
+import logging
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
 from seq2seq.serving.api import Server
-from seq2seq.serving.libre import PREFIX, add_routes
+from seq2seq.serving.libre import OURS, PREFIX, add_routes
 from seq2seq.serving.limits import BodyLimit
 from seq2seq.serving.models import ServedModel
 
 STATIC = Path(__file__).with_name("static")
+CORS_MAX_AGE_S = 60 * 60 * 24 * 20  # how long a browser may reuse a preflight (LibreTranslate's)
+
+
+class Paths:
+    """ASGI: repeated slashes merged (``//languages``, from a client given a base URL that
+    ends in ``/``; LibreTranslate's server merges them too) and, with ``libre_at_root``, each
+    path outside ``OURS`` served by the LibreTranslate route under ``PREFIX``; a path under
+    ``OURS`` is ours, with ``OURS`` as its ``root_path`` (the explorer's links stay relative)."""
+
+    def __init__(self, app: ASGIApp, libre_at_root: bool):
+        self.app, self.libre_at_root = app, libre_at_root
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = re.sub("/{2,}", "/", scope["path"])
+        raw = re.sub(rb"/{2,}", b"/", scope.get("raw_path") or path.encode())
+        root = scope.get("root_path", "")
+        if self.libre_at_root:
+            if path == OURS:  # the explorer's relative links need the slash
+                return await RedirectResponse(OURS + "/")(scope, receive, send)
+            if path.startswith(OURS + "/"):
+                root = OURS
+            elif path != PREFIX and not path.startswith(PREFIX + "/"):
+                path, raw = PREFIX + path, PREFIX.encode() + raw
+        await self.app({**scope, "path": path, "raw_path": raw, "root_path": root}, receive, send)
 
 
 def error(path: str, status: int, message: str, headers: dict | None = None) -> JSONResponse:
     """An error as each API words it: LibreTranslate's ``{"error"}``, our ``{"detail"}``."""
     field = "error" if path == PREFIX or path.startswith(PREFIX + "/") else "detail"
     return JSONResponse({field: message}, status_code=status, headers=headers)
+
+
+class Failures:
+    """ASGI, inside CORS: an exception no handler took becomes a one-line 500 in its API's
+    shape (Starlette would answer it outside every middleware: without CORS headers, so a
+    page on another origin could not read it), logged with its traceback."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if scope["type"] != "http" or started:
+                raise
+            logging.getLogger("uvicorn.error").exception("request failed: %s", scope["path"])
+            await error(scope["path"], 500, f"Cannot translate text: {type(exc).__name__}")(
+                scope, receive, send)
 
 
 def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -> FastAPI:
@@ -49,10 +108,17 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     app.state.server = server
     app.add_middleware(BodyLimit, max_bytes=server.cfg.max_body_bytes,
                        timeout_s=server.cfg.body_timeout_s, render=error)
+    app.add_middleware(Failures)
+    # added last = outermost: a refused body gets CORS headers too, and paths are final first
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
+                       allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+                       expose_headers=["Authorization"], max_age=CORS_MAX_AGE_S)
+    app.add_middleware(Paths, libre_at_root=server.cfg.api == "libretranslate")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error(request.url.path, exc.status_code, str(exc.detail), exc.headers)
+        hint = _libre_hint(request) if exc.status_code in (404, 405) else ""
+        return error(request.url.path, exc.status_code, str(exc.detail) + hint, exc.headers)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, exc: Exception) -> JSONResponse:
@@ -63,11 +129,30 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     async def one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field
         problems = [_where(e["loc"]) + e["msg"] for e in exc.errors()]
-        return error(request.url.path, 422, "; ".join(problems))
+        hint = _libre_hint(request, getattr(exc, "body", None))
+        return error(request.url.path, 422, "; ".join(problems) + hint)
 
     _routes(app, server)
     add_routes(app, server)
     return app
+
+
+LIBRE_ONLY = {"/detect", "/languages", "/frontend/settings", "/suggest", "/spec", "/translate_file"}
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _libre_hint(request: Request, body: object = None) -> str:
+    """Where LibreTranslate's API is, for a LibreTranslate client given our root (its
+    routes, or ``q`` sent to our ``/translate``); "" for anything else."""
+    path = request.url.path
+    asks_libre = path in LIBRE_ONLY or path == "/translate" and (
+        "q" in request.query_params or (isinstance(body, dict) and "q" in body)
+        or request.headers.get("content-type", "").startswith(FORMS))
+    if not asks_libre:
+        return ""
+    base = str(request.base_url).rstrip("/")
+    return (f"; this is seq2seq's own API: give LibreTranslate clients {base}{PREFIX}/ "
+            "(or run seq2seq-serve --api libretranslate)")
 
 
 def _where(loc: tuple) -> str:

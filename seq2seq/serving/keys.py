@@ -2,9 +2,11 @@
 
 The file has one key per line, optionally followed by that key's own limit of requests per
 minute (``KEY`` or ``KEY 120``); blank lines and ``#`` comments are skipped. A request
-without a key, or with one not in the file, gets 403; a key over its limit in the last 60 s
-gets 429. Keys are compared in constant time: each candidate is hashed and compared with
-every stored hash by ``hmac.compare_digest``, never stopping at the first match, so the
+without a key, or with one not in the file, gets 403 from our API; a key over its limit in
+the last 60 s gets 429. LibreTranslate's API serves a request without a key under the
+default limit per client address (:meth:`ApiKeys.check_anonymous`), as LibreTranslate does.
+Keys are compared in constant time: each candidate is hashed and compared with every stored
+hash by ``hmac.compare_digest``, never stopping at the first match, so the
 time taken tells nothing about how much of a key was right.
 """
 
@@ -33,10 +35,11 @@ def _digest(key: str) -> bytes:
 
 class ApiKeys:
     def __init__(self, limits: dict[str, int], window_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, default_limit: int = 60):
         self._limits = {_digest(k): n for k, n in limits.items()}  # digest -> requests per window
         self._recent: dict[bytes, deque[float]] = {d: deque() for d in self._limits}
-        self.window_s, self._clock = window_s, clock
+        self._anonymous: dict[str, deque[float]] = {}  # client address -> its recent requests
+        self.window_s, self._clock, self.default_limit = window_s, clock, default_limit
 
     @classmethod
     def load(cls, path: str | Path, default_limit: int) -> ApiKeys:
@@ -57,22 +60,35 @@ class ApiKeys:
             limits[fields[0]] = int(limit)
         if not limits:
             raise ValueError(f"--api-keys {path}: no keys in it (one key per line)")
-        return cls(limits)
+        return cls(limits, default_limit=default_limit)
 
     def __len__(self) -> int:
         return len(self._limits)
 
-    def check(self, key: str | None) -> None:
+    def check(self, key: object) -> None:
         """Count one request for ``key``; ``KeyRefused`` (403 or 429) if it may not run."""
         if not key:
             raise KeyRefused(403, MISSING)
+        if not isinstance(key, str):  # a JSON list, number, object or true: no key of ours
+            raise KeyRefused(403, INVALID)
         candidate, found = _digest(key), None
         for stored in self._limits:  # every comparison runs, match or not
             if hmac.compare_digest(candidate, stored):
                 found = stored
         if found is None:
             raise KeyRefused(403, INVALID)
-        now, recent, limit = self._clock(), self._recent[found], self._limits[found]
+        self._count(self._recent[found], self._limits[found])
+
+    def check_anonymous(self, address: str) -> None:
+        """Count one request without a key from ``address``, under the default limit;
+        ``KeyRefused`` (429) past it."""
+        now = self._clock()
+        for other in [a for a, r in self._anonymous.items() if not r or r[-1] <= now - self.window_s]:
+            del self._anonymous[other]  # addresses idle for a window: forget them (bounded memory)
+        self._count(self._anonymous.setdefault(address, deque()), self.default_limit)
+
+    def _count(self, recent: deque[float], limit: int) -> None:
+        now = self._clock()
         while recent and recent[0] <= now - self.window_s:
             recent.popleft()
         if len(recent) >= limit:
