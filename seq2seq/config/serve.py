@@ -39,6 +39,10 @@ class ServeConfig:
     call_work: int = 500_000
     max_response_bytes: int = 16_000_000  # estimated before any work is done
     request_timeout_s: float = 60.0  # a request still unanswered then gets 503
+    # Admission: a translation is taken only if the work in progress and its own can end
+    # within request_timeout_s at the measured throughput, and fewer than max_queue are in
+    # progress; otherwise 503 at once, with Retry-After
+    max_queue: int = 128
     # Connections (uvicorn): beyond max_connections new ones are closed at once; headers
     # must arrive within header_timeout_s, each piece of a body within body_timeout_s.
     max_connections: int = 512
@@ -51,7 +55,7 @@ class ServeConfig:
     def __post_init__(self) -> None:
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
-                  "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
+                  "max_response_bytes", "call_work", "request_timeout_s", "max_queue", "max_connections",
                   "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
                   "log_per_minute")
         # NaN passes every comparison and inf never ends the wait: requests would hang

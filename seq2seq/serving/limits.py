@@ -6,7 +6,8 @@
 - the work of a translation and the size of its answer, estimated from the source lengths
   and the max-length rule before any work starts (:func:`check_cost`);
 - its time, and its client: work is cancelled when the time limit passes or the client
-  hangs up (:func:`bounded`).
+  hangs up, and work the batcher cannot finish in time is refused at once with 503 and
+  ``Retry-After`` (:func:`bounded`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.decoding.rules import length_limits
+from seq2seq.serving.batcher import Overloaded
 
 BYTES_PER_TOKEN = 16  # an output piece in a JSON answer, pessimistic (escapes included)
 BYTES_PER_WEIGHT = 24  # an attention weight in JSON: "0.0123456789012345678, "
@@ -111,7 +113,8 @@ async def _disconnected(request: Request) -> None:
 
 async def bounded(request: Request, work: Awaitable, timeout_s: float):
     """``await work``, cancelled if it takes over ``timeout_s`` (503) or if the client hangs
-    up first (499: nobody reads the answer; the batcher drops what it has not started)."""
+    up first (499: nobody reads the answer; the batcher drops what it has not started);
+    503 with ``Retry-After`` if the batcher refuses it (:class:`Overloaded`)."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
@@ -123,7 +126,10 @@ async def bounded(request: Request, work: Awaitable, timeout_s: float):
     finally:
         gone.cancel()
     if task in done:
-        return task.result()
+        try:
+            return task.result()
+        except Overloaded as e:
+            raise HTTPException(503, str(e), {"Retry-After": str(e.retry_after_s)}) from None
     task.cancel()
     if gone in done:
         raise HTTPException(CLIENT_GONE, "the client closed the connection")
