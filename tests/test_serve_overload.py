@@ -165,3 +165,74 @@ def test_under_overload_requests_are_answered_or_refused_at_once():
     assert any(s == 200 for s, _, _ in outcomes) and refused
     assert all(t < timeout_s / 2 and int(after) >= 1 for t, after in refused)
     assert len(timed_out) < 6, outcomes
+
+
+# ---------------------------------------------------------------- answers nobody reads
+def read_answer(sock) -> tuple[int, dict[str, str]]:
+    """The status and headers of the next answer on ``sock`` (its body read and dropped)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, "the server closed the connection"
+        head += chunk
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+    left = int(headers["content-length"])
+    while left:
+        left -= len(sock.recv(min(left, 1 << 16)))
+    return int(lines[0].split()[1]), headers
+
+
+def test_answers_nobody_reads_stay_within_the_servers_budget():
+    """Eight clients pipeline three /attention requests each and read nothing: the answers
+    made but not sent (reserved while being made, then what the sockets did not take) never
+    pass the budget; what does not fit gets 503 with Retry-After; all of it is given back
+    once the clients read or leave."""
+    pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+    import json
+    import socket
+
+    from seq2seq.config import ServeConfig
+    from seq2seq.serving import create_app, load_models, running
+    from seq2seq.serving.server import bind
+
+    text = ("Ein Mann fährt mit dem Fahrrad eine Straße entlang, während es regnet und die "
+            "Kinder im Park spielen.")
+    limit = 4_000_000  # about four of these answers as estimated (each ~300 KB in fact)
+    app = create_app(load_models([str(SHIPPED)]),
+                     ServeConfig(max_response_bytes=2_000_000, max_unsent_bytes=limit))
+    listener = bind("127.0.0.1", 0)  # small socket buffers: the process holds what is unread
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32_768)
+    body = json.dumps({"text": text}).encode()
+    request = (b"POST /attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with running(app, sock=listener) as url:
+        answers = app.state.answers
+        host, port = url.removeprefix("http://").split(":")
+        clients = []
+        for _ in range(8):
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect((host, int(port)))
+            client.sendall(request * 3)
+            clients.append(client)
+        last, still = None, 0
+        while still < 8:  # until the work is done: the counts stop changing
+            time.sleep(0.25)
+            now = (answers.held, answers.peak, answers.refused)
+            still, last = (still + 1 if now == last else 0), now
+        unread = answers.held  # held now only by connections whose client does not read
+        assert 0 < unread <= limit and answers.peak <= limit and answers.refused > 0
+        statuses = []
+        for client in clients:
+            client.settimeout(30)
+            for _ in range(3):
+                status, headers = read_answer(client)
+                statuses.append(status)
+                assert status == 200 or (status == 503 and int(headers["retry-after"]) >= 1)
+            client.close()
+        assert 200 in statuses and 503 in statuses and answers.peak <= limit
+        deadline = time.monotonic() + 30
+        while answers.held and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert answers.held == 0

@@ -42,6 +42,8 @@ _OPTIONS = {
     "max_work": (int, "work of one request, summed over its texts; a text's work is its max "
                       "output length x (source + max output length) x beam (or samples)"),
     "max_response_bytes": (int, "estimated size of one answer"),
+    "max_unsent_bytes": (int, "answers made but not yet read by their clients, over all "
+                              "connections; past it requests get 503 with Retry-After"),
     "call_work": (int, "work per model call, and the most one text may take: bigger requests "
                        "are cut into pieces that take turns with other requests"),
     "request_timeout_s": (float, "seconds a request may take before it gets 503"),

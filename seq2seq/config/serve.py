@@ -38,6 +38,9 @@ class ServeConfig:
     max_work: int = 16_000_000
     call_work: int = 500_000
     max_response_bytes: int = 16_000_000  # estimated before any work is done
+    # answers made but not yet taken by their sockets (clients that do not read), over all
+    # connections: a request whose answer does not fit gets 503 with Retry-After
+    max_unsent_bytes: int = 64_000_000
     request_timeout_s: float = 60.0  # a request still unanswered then gets 503
     # Admission: a translation is taken only if the work in progress and its own can end
     # within request_timeout_s at the measured throughput, and fewer than max_queue are in
@@ -55,9 +58,9 @@ class ServeConfig:
     def __post_init__(self) -> None:
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
-                  "max_response_bytes", "call_work", "request_timeout_s", "max_queue", "max_connections",
-                  "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
-                  "log_per_minute")
+                  "max_response_bytes", "max_unsent_bytes", "call_work", "request_timeout_s",
+                  "max_queue", "max_connections", "header_timeout_s", "body_timeout_s",
+                  "keep_alive_s", "max_header_bytes", "log_per_minute")
         # NaN passes every comparison and inf never ends the wait: requests would hang
         if not 0 <= self.window_ms <= MAX_WINDOW_MS:
             raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
@@ -66,6 +69,10 @@ class ServeConfig:
             if getattr(self, name) > MAX_BEAM:
                 raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
                                   f"own bound), got {getattr(self, name)}")
+        if self.max_unsent_bytes < self.max_response_bytes:
+            raise ConfigError(f"ServeConfig.max_unsent_bytes ({self.max_unsent_bytes}) must be "
+                              f">= max_response_bytes ({self.max_response_bytes}): one answer "
+                              "must fit")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")
         for name in ("request_timeout_s", "header_timeout_s", "body_timeout_s"):

@@ -125,7 +125,7 @@ class LibreTranslate:
             results = await self.server.run(served, self._decoding(alternatives), texts, direction)
         except HTTPException as e:
             raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
-                                e.detail) from None
+                                e.detail, e.headers) from None
         return [(r.hyp, list(dict.fromkeys(h for h, _ in r.nbest[1:] if h != r.hyp)))
                 for r in results]
 
