@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from seq2seq.config.decoding import MAX_BEAM
-from seq2seq.fields import ConfigError, positive
+from seq2seq.fields import ConfigError, check_fields, positive
 
 MAX_WINDOW_MS = 1000.0  # a request never waits longer than this for others to join it
 
@@ -56,6 +56,7 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
+        check_fields(self)  # types first: None or "" where a number goes is named, not a TypeError
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "max_unsent_bytes", "call_work", "request_timeout_s",
