@@ -56,16 +56,17 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
-        check_fields(self)  # types first: None or "" where a number goes is named, not a TypeError
+        window = self.window_ms  # NaN passes every comparison and inf never ends the wait
+        if isinstance(window, (int, float)) and not isinstance(window, bool) and not (
+                0 <= window <= MAX_WINDOW_MS):
+            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
+                              f"(milliseconds), got {window}")
+        check_fields(self)  # types: None or "" where a number goes is named, not a TypeError
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
                   "max_response_bytes", "max_unsent_bytes", "call_work", "request_timeout_s",
                   "max_queue", "max_connections", "header_timeout_s", "body_timeout_s",
                   "keep_alive_s", "max_header_bytes", "log_per_minute")
-        # NaN passes every comparison and inf never ends the wait: requests would hang
-        if not 0 <= self.window_ms <= MAX_WINDOW_MS:
-            raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
-                              f"(milliseconds), got {self.window_ms}")
         for name in ("max_beam", "max_nbest"):
             if getattr(self, name) > MAX_BEAM:
                 raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
