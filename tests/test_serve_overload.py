@@ -241,3 +241,51 @@ def test_answers_nobody_reads_stay_within_the_servers_budget():
         while answers.held and time.monotonic() < deadline:
             time.sleep(0.1)
         assert answers.held == 0
+
+
+def test_a_refusal_is_a_503_with_retry_after_in_each_apis_shape():
+    """Both APIs answer the batcher's refusal (here: the queue is full) with 503, the
+    ``Retry-After`` header and their own error shape."""
+    pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from seq2seq.config import ServeConfig
+    from seq2seq.serving import create_app, load_models
+
+    app = create_app(load_models([str(SHIPPED)]), ServeConfig(max_queue=1))
+    busy = SimpleNamespace(future=SimpleNamespace(done=lambda: False), remaining=lambda: 100)
+    with TestClient(app) as client:
+        app.state.server.batcher._jobs.append(busy)  # one request in progress: the queue's bound
+        for path, body, field in (
+            ("/translate", {"texts": ["Ein Hund."]}, "detail"),
+            ("/libretranslate/translate", {"q": "Ein Hund.", "source": "de", "target": "en"}, "error"),
+        ):
+            got = client.post(path, json=body)
+            assert got.status_code == 503 and int(got.headers["retry-after"]) >= 1, got.text
+            assert "1 requests in progress" in got.json()[field]
+
+
+def test_a_full_answer_budget_is_a_503_with_retry_after_in_each_api():
+    pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+    import httpx
+
+    from seq2seq.config import ServeConfig
+    from seq2seq.serving import create_app, load_models, running
+
+    app = create_app(load_models([str(SHIPPED)]), ServeConfig())
+    with running(app) as url:
+        answers = app.state.answers
+        answers.take(answers.limit, force=True)  # as if unread answers filled it
+        for path, body, field in (
+            ("/translate", {"texts": ["Ein Hund."]}, "detail"),
+            ("/attention", {"text": "Ein Hund."}, "detail"),
+            ("/libretranslate/translate", {"q": "Ein Hund.", "source": "de", "target": "en"}, "error"),
+        ):
+            got = httpx.post(url + path, json=body, timeout=60)
+            assert got.status_code == 503 and got.headers.get("retry-after") == "1", (path, got.text)
+            assert "clients have not read yet" in got.json()[field]
+        answers.give(answers.limit)
+        assert httpx.post(url + "/translate", json={"texts": ["Ein Hund."]}, timeout=60).status_code == 200
+        assert answers.held == 0
