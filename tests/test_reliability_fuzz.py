@@ -21,6 +21,7 @@ from seq2seq.config import (
     DecodingConfig,
     ModelConfig,
     OptimConfig,
+    ServeConfig,
     TokenizerConfig,
 )
 
@@ -93,7 +94,8 @@ def _any_value():
 
 @FUZZ
 @given(data=st.data())
-@pytest.mark.parametrize("cls", [ModelConfig, DecodingConfig, OptimConfig, TokenizerConfig, DataConfig])
+@pytest.mark.parametrize("cls", [ModelConfig, DecodingConfig, OptimConfig, TokenizerConfig, DataConfig,
+                                 ServeConfig])
 def test_any_config_value_is_accepted_valid_or_refused_by_name(cls, data):
     """A config (from YAML, the command line or an edited checkpoint) is valid or refused with
     a ``ConfigError`` naming the field: never another exception, never a NaN."""

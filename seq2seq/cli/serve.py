@@ -51,9 +51,13 @@ _OPTIONS = {
     "max_work": (int, "work of one request, summed over its texts; a text's work is its max "
                       "output length x (source + max output length) x beam (or samples)"),
     "max_response_bytes": (int, "estimated size of one answer"),
+    "max_unsent_bytes": (int, "answers made but not yet read by their clients, over all "
+                              "connections; past it requests get 503 with Retry-After"),
     "call_work": (int, "work per model call, and the most one text may take: bigger requests "
                        "are cut into pieces that take turns with other requests"),
     "request_timeout_s": (float, "seconds a request may take before it gets 503"),
+    "max_queue": (int, "translation requests in progress; more, or work that cannot end within "
+                       "--request-timeout-s at the measured speed, get 503 at once with Retry-After"),
     "max_connections": (int, "open connections; more are closed at once (503 past it for requests)"),
     "header_timeout_s": (float, "seconds for a request's headers to arrive"),
     "body_timeout_s": (float, "seconds to wait for each piece of a request body"),

@@ -46,7 +46,14 @@ class ServeConfig:
     max_work: int = 16_000_000
     call_work: int = 500_000
     max_response_bytes: int = 16_000_000  # estimated before any work is done
+    # answers made but not yet taken by their sockets (clients that do not read), over all
+    # connections: a request whose answer does not fit gets 503 with Retry-After
+    max_unsent_bytes: int = 64_000_000
     request_timeout_s: float = 60.0  # a request still unanswered then gets 503
+    # Admission: a translation is taken only if the work in progress and its own can end
+    # within request_timeout_s at the measured throughput, and fewer than max_queue are in
+    # progress; otherwise 503 at once, with Retry-After
+    max_queue: int = 128
     # Connections (uvicorn): beyond max_connections new ones are closed at once; headers
     # must arrive within header_timeout_s, each piece of a body within body_timeout_s.
     max_connections: int = 512
@@ -57,17 +64,17 @@ class ServeConfig:
     log_per_minute: int = 20  # each kind of server log message at most this often
 
     def __post_init__(self) -> None:
-        # NaN passes every comparison and inf never ends the wait: requests would hang
-        number = isinstance(self.window_ms, (int, float)) and not isinstance(self.window_ms, bool)
-        if number and not 0 <= self.window_ms <= MAX_WINDOW_MS:
+        window = self.window_ms  # NaN passes every comparison and inf never ends the wait
+        if isinstance(window, (int, float)) and not isinstance(window, bool) and not (
+                0 <= window <= MAX_WINDOW_MS):
             raise ConfigError(f"ServeConfig.window_ms must be in [0, {MAX_WINDOW_MS}] "
-                              f"(milliseconds), got {self.window_ms}")
-        check_fields(self)  # types (before any comparison), finite floats, api among its choices
+                              f"(milliseconds), got {window}")
+        check_fields(self)  # types: None or "" where a number goes is named, not a TypeError
         positive(self, "max_batch_tokens", "max_texts", "max_text_chars", "max_beam",
                   "max_nbest", "threads", "req_limit", "max_body_bytes", "max_work",
-                  "max_response_bytes", "call_work", "request_timeout_s", "max_connections",
-                  "header_timeout_s", "body_timeout_s", "keep_alive_s", "max_header_bytes",
-                  "log_per_minute")
+                  "max_response_bytes", "max_unsent_bytes", "call_work", "request_timeout_s",
+                  "max_queue", "max_connections", "header_timeout_s", "body_timeout_s",
+                  "keep_alive_s", "max_header_bytes", "log_per_minute")
         for name in ("max_beam", "max_nbest"):
             if getattr(self, name) > MAX_BEAM:
                 raise ConfigError(f"ServeConfig.{name} must be <= {MAX_BEAM} (the decoder's "
@@ -78,5 +85,9 @@ class ServeConfig:
             except (re.error, RecursionError, OverflowError) as e:
                 raise ConfigError(f"ServeConfig.require_api_key_origin is not a regular expression "
                                   f"({e}): {self.require_api_key_origin!r}") from None
+        if self.max_unsent_bytes < self.max_response_bytes:
+            raise ConfigError(f"ServeConfig.max_unsent_bytes ({self.max_unsent_bytes}) must be "
+                              f">= max_response_bytes ({self.max_response_bytes}): one answer "
+                              "must fit")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port must be in [0, 65535], got {self.port}")

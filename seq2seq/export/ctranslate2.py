@@ -24,6 +24,13 @@ pieces here. A source-tag model takes the tag as the first source token
 (``[["<2de>", *pieces]]``); a decoder-tag model gets no ``decoder_start_token``, so the
 tag given as ``target_prefix=[["<2de>"]]`` starts the decoder as it does ours.
 ``directions.json`` (:data:`DIRECTIONS_FILE`) records the directions, tags and usage.
+
+Searching as we do (:func:`ct2_translate_kwargs`, :func:`ct2_translate`): our max-length
+rule is per sentence (``a * source + b``), CTranslate2's ``max_decoding_length`` per call,
+so sentences are translated in groups of equal source length; EOS may come first
+(``min_decoding_length=0``); sources are cut at the model's positions as ours are
+(``max_input_length``); an empty source is an empty output, as ours (CTranslate2 would
+translate the bare EOS).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import DecodingConfig, ModelConfig
+from seq2seq.decoding.rules import length_limits
 from seq2seq.directions import tag_piece
 from seq2seq.export.common import (
     fit_vocabulary,
@@ -261,6 +269,80 @@ def to_ctranslate2(
             (out / name).write_bytes(bytes(shipped[side]["model"]))
     if multilingual is not None:
         write_directions(out / DIRECTIONS_FILE, multilingual)
+    return out
+
+
+# CTranslate2 normalises a hypothesis's log-prob by length ** length_penalty
+_CT2_LENGTH_PENALTY = {"average": 1.0, "none": 0.0}
+
+
+NEVER_OUTPUT = ("<pad>", "<s>")  # our tokenizers' pad and BOS pieces: never in an output
+
+
+def ct2_translate_kwargs(source_tokens: int, decoding: DecodingConfig | None = None,
+                         max_positions: int | None = None,
+                         never: Sequence[str] = NEVER_OUTPUT) -> dict[str, Any]:
+    """``translate_batch`` keyword arguments with which CTranslate2 searches as
+    ``seq2seq-translate`` does with ``decoding`` (default: ``DecodingConfig()``), for
+    sources of ``source_tokens`` tokens as given to CTranslate2 (a source tag included,
+    the EOS it appends not); ``max_positions``: the model's (``ModelConfig.max_positions``;
+    None = no cap); ``never``: the pad and BOS pieces (an imported OPUS-MT model has only
+    ``<pad>``). ``ValueError`` naming the setting CTranslate2 cannot reproduce."""
+    d = decoding or DecodingConfig()
+    if d.method == "sample":
+        raise ValueError("DecodingConfig.method='sample': CTranslate2's random draws are not "
+                         "ours; use greedy or beam")
+    if d.length_penalty not in _CT2_LENGTH_PENALTY:
+        raise ValueError(f"DecodingConfig.length_penalty={d.length_penalty!r}: CTranslate2 has "
+                         "only length ** penalty; use 'average' or 'none'")
+    beam = d.method == "beam"
+    if beam and d.stopping != "patience":
+        raise ValueError(f"DecodingConfig.stopping={d.stopping!r}: CTranslate2's beam stops "
+                         "by 'patience' only; use stopping='patience'")
+    cap = max_positions if max_positions is not None else 2**31 - 1
+    src = min(source_tokens, cap - 1) + 1  # our truncation, then EOS
+    max_len = int(length_limits(torch.tensor([src]), d, cap)[0])
+    kwargs: dict[str, Any] = {
+        "beam_size": d.beam_size if beam else 1, "num_hypotheses": d.nbest if beam else 1,
+        "length_penalty": _CT2_LENGTH_PENALTY[d.length_penalty],
+        "no_repeat_ngram_size": d.no_repeat_ngram_size,
+        "max_decoding_length": max_len, "min_decoding_length": min(d.min_len, max_len),
+    }
+    if never:
+        kwargs["suppress_sequences"] = [[piece] for piece in never]
+    if beam:
+        kwargs["patience"] = d.patience
+    if max_positions is not None:
+        kwargs["max_input_length"] = max_positions
+    return kwargs
+
+
+def ct2_translate(translator, pieces: Sequence[Sequence[str]],
+                  decoding: DecodingConfig | None = None, max_positions: int | None = None,
+                  tag: str | None = None, tag_position: str = "source",
+                  never: Sequence[str] = NEVER_OUTPUT) -> list[list[str]]:
+    """The best output pieces of CTranslate2's ``translator`` for each source's ``pieces``
+    (``sp.encode(text, out_type=str)``), searched as ``seq2seq-translate`` searches: in
+    groups of equal source length (:func:`ct2_translate_kwargs`); a source without pieces
+    gives an empty output, as ours. A multilingual model's target-language ``tag`` goes
+    where ``tag_position`` (``directions.json``) says: first in the source, or as the
+    decoder's ``target_prefix``; ``never``: see :func:`ct2_translate_kwargs`."""
+    if tag_position not in ("source", "decoder"):
+        raise ValueError(f"tag_position must be 'source' or 'decoder', got {tag_position!r}")
+    lead = [tag] if tag is not None and tag_position == "source" else []
+    prefix = [tag] if tag is not None and tag_position == "decoder" else None
+    out: list[list[str]] = [[] for _ in pieces]
+    groups: dict[int, list[int]] = {}
+    for i, source in enumerate(pieces):
+        if source:
+            groups.setdefault(len(lead) + len(source), []).append(i)
+    for length, rows in groups.items():
+        results = translator.translate_batch(
+            [[*lead, *pieces[i]] for i in rows],
+            target_prefix=None if prefix is None else [prefix] * len(rows),
+            **ct2_translate_kwargs(length, decoding, max_positions, never))
+        for i, result in zip(rows, results):
+            out[i] = list(result.hypotheses[0])
     return out
 
 

@@ -180,7 +180,7 @@ class Server:
         if not models:
             raise ValueError("seq2seq-serve needs at least one model (-m CHECKPOINT)")
         self.models, self.cfg = models, cfg
-        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work)
+        self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work, cfg.request_timeout_s, cfg.max_queue)
         self.default = next(iter(models))
         self.keys = ApiKeys.load(cfg.api_keys, cfg.req_limit) if cfg.api_keys else None
 

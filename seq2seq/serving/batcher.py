@@ -15,12 +15,27 @@ thread (the model is not shared between threads; torch parallelises inside the c
 A request whose future is done (its client hung up, or its time ran out) is dropped before
 its next piece. The first request of an idle batcher waits ``window_s`` for others to join.
 A call that raises is retried piece by piece, so one bad request fails alone.
+
+Admission (with ``timeout_s``): turns are fair, so under overload every request slows down
+together and, past the time limit, none finishes. So a request is admitted only if it can
+finish in time: the work in progress is measured in the same units as the costs, a
+throughput (work/s) is measured from the model calls as they run, and round-robin bounds
+when each request ends: request ``j`` with remaining work ``r_j`` is done once at most
+``sum_k min(r_k, r_j + max_cost)`` has run (every other request gets at most one more piece
+per turn). A new request is admitted if it ends within ``ADMIT_SHARE`` of its time and no
+request that would have ended in time no longer does; otherwise, or past ``max_queue``
+requests, it is refused at once (:class:`Overloaded`, with the seconds until the work in
+progress is done). A request alone is always admitted (nothing else can use the time).
+Before the first call is measured requests are admitted provisionally and checked again
+when it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +45,16 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Work = Callable[[list[str]], Sequence[Any]]  # texts -> one result per text, in order
+ADMIT_SHARE = 0.8  # of its time limit, a request's predicted end; the rest: parsing, JSON, noise
+RATE_DECAY = 0.7  # per call, of the measured work and seconds (recent calls weigh most)
+
+
+class Overloaded(Exception):
+    """A request the batcher cannot finish in time; try again after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(eq=False)
@@ -39,8 +64,13 @@ class _Job:
     costs: list[int]
     work: Work
     future: asyncio.Future
+    deadline: float = math.inf  # time.monotonic() by which it must be answered
+    provisional: bool = False  # admitted before any throughput was measured
     done: int = 0  # texts answered so far
     results: list = field(default_factory=list)
+
+    def remaining(self) -> int:
+        return sum(self.costs[self.done:])
 
 
 Piece = tuple[_Job, int, int]  # texts [start, end) of a job
@@ -49,10 +79,19 @@ Piece = tuple[_Job, int, int]  # texts [start, end) of a job
 class MicroBatcher:
     """Start with ``await start()`` inside the serving event loop, ``await stop()`` at the end."""
 
-    def __init__(self, window_s: float, max_cost: int):
+    def __init__(self, window_s: float, max_cost: int, timeout_s: float | None = None,
+                 max_queue: int | None = None, rate: float | None = None):
+        """``timeout_s``: admit only requests that can end within it (None: all);
+        ``max_queue``: requests in progress at most; ``rate``: a first throughput estimate
+        (work/s; None: measured from the first call)."""
         self.window_s, self.max_cost = window_s, max_cost
+        self.timeout_s, self.max_queue = timeout_s, max_queue
         self.requests = 0  # requests submitted
+        self.refused = 0  # requests refused by admission (Overloaded)
         self.model_calls = 0  # calls of a Work (merged requests count once)
+        self._jobs: list[_Job] = []  # admitted and unfinished, oldest first
+        # throughput = decayed work / decayed seconds of model calls
+        self._work, self._seconds = (rate, 1.0) if rate else (0.0, 0.0)
         self._executor: ThreadPoolExecutor | None = None
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task | None = None
@@ -79,8 +118,74 @@ class MicroBatcher:
             return []
         future = asyncio.get_running_loop().create_future()
         self.requests += 1
-        self._queue.put_nowait(_Job(key, list(texts), list(costs), work, future))
+        job = _Job(key, list(texts), list(costs), work, future)
+        self._admit(job)
+        self._queue.put_nowait(job)
         return await future
+
+    # ------------------------------------------------------------ admission
+    @property
+    def rate(self) -> float | None:
+        """Measured throughput, work per second (None before any call)."""
+        return self._work / self._seconds if self._seconds > 0 and self._work > 0 else None
+
+    def _live(self) -> list[_Job]:
+        self._jobs = [j for j in self._jobs if not j.future.done()]
+        return self._jobs
+
+    def _late(self, jobs: list[_Job], now: float, share: float) -> set[int]:
+        """Ids of the jobs that round-robin may not finish within ``share`` of their time."""
+        rate, left = self.rate, [j.remaining() for j in jobs]
+        assert rate is not None and self.timeout_s is not None
+        late = set()
+        for job, r in zip(jobs, left):
+            end = now + sum(min(other, r + self.max_cost) for other in left) / rate
+            if end > job.deadline - (1.0 - share) * self.timeout_s:
+                late.add(id(job))
+        return late
+
+    def _fits(self, before: list[_Job], job: _Job, now: float) -> bool:
+        """Whether ``job`` ends in time after ``before`` and ends none of them late."""
+        if not before:
+            return True  # alone: nothing else could use the time
+        late_now = self._late(before, now, ADMIT_SHARE)
+        late_with = self._late([*before, job], now, ADMIT_SHARE)
+        return id(job) not in late_with and late_with <= late_now
+
+    def _refusal(self, why: str) -> Overloaded:
+        self.refused += 1
+        rate, work = self.rate, sum(j.remaining() for j in self._jobs)
+        wait = max(1, math.ceil(work / rate)) if rate else 1
+        return Overloaded(f"{why}; try again in {wait} s", wait)
+
+    def _admit(self, job: _Job) -> None:
+        """Add ``job`` to the work in progress, or raise :class:`Overloaded`."""
+        if self.timeout_s is None and self.max_queue is None:
+            return
+        live, now = self._live(), time.monotonic()
+        if self.max_queue is not None and len(live) >= self.max_queue:
+            raise self._refusal(f"the server is busy: {len(live)} requests in progress")
+        if self.timeout_s is not None:
+            job.deadline = now + self.timeout_s
+            if self.rate is None:
+                job.provisional = True
+            elif not self._fits(live, job, now):
+                raise self._refusal("the server is busy: this request would not finish within "
+                                    f"its {self.timeout_s:g} s")
+        self._jobs.append(job)
+
+    def _recheck(self) -> None:
+        """Once throughput is first measured: refuse the provisional jobs that do not fit."""
+        now, kept = time.monotonic(), []
+        for job in self._live():
+            if job.provisional and not self._fits(kept, job, now):
+                job.future.set_exception(self._refusal(
+                    f"the server is busy: this request would not finish within its "
+                    f"{self.timeout_s:g} s"))
+                continue
+            job.provisional = False
+            kept.append(job)
+        self._jobs = kept
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` alone on the model's worker thread (not merged with others)."""
@@ -135,8 +240,9 @@ class MicroBatcher:
 
     async def _execute(self, pieces: list[Piece]) -> None:
         texts = [t for job, start, end in pieces for t in job.texts[start:end]]
+        cost = sum(sum(job.costs[start:end]) for job, start, end in pieces)
         try:
-            results = await self._run(pieces[0][0].work, texts)
+            results = await self._run(pieces[0][0].work, texts, cost)
         except Exception as e:
             if len(pieces) > 1:  # find the culprit: the others still get their answers
                 for piece in pieces:
@@ -162,6 +268,12 @@ class MicroBatcher:
         else:
             job.future.set_result(job.results)
 
-    async def _run(self, work: Work, texts: list[str]) -> Sequence[Any]:
+    async def _run(self, work: Work, texts: list[str], cost: int) -> Sequence[Any]:
         self.model_calls += 1
-        return await self.call(work, texts)
+        start, first = time.monotonic(), self.rate is None
+        results = await self.call(work, texts)
+        self._work = self._work * RATE_DECAY + cost
+        self._seconds = self._seconds * RATE_DECAY + max(time.monotonic() - start, 1e-6)
+        if first and self.timeout_s is not None:
+            self._recheck()
+        return results

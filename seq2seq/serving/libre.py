@@ -177,7 +177,7 @@ class LibreTranslate:
                                             [texts[i] for i in todo], direction)
         except HTTPException as e:
             raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
-                                e.detail) from None
+                                e.detail, e.headers) from None
         for i, r in zip(todo, results):
             hyp = html.unescape(r.hyp)
             others = (html.unescape(h) for h, _ in r.nbest[1:])

@@ -6,7 +6,11 @@ Connections are guarded with what uvicorn offers (``limit_concurrency``: 503 pas
 ``timeout_keep_alive``; h11's header-size limit) and what it lacks, in a subclass of its
 h11 protocol: a cap on open connections (one past it is closed at once, so idle sockets
 cannot use up the process's file descriptors) and a deadline for a request's headers (a
-client that never finishes them is dropped). Repeated log messages are rate-limited.
+client that never finishes them is dropped). Answers made but not yet sent are bounded
+server-wide (:class:`~seq2seq.serving.limits.AnswerBudget`): a request reserves its answer
+before its work, and a connection whose client does not read holds what is left in its
+write buffer while writing is paused (up to asyncio's 64 KiB high-water mark per
+connection is not counted). Repeated log messages are rate-limited.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from seq2seq.config import ServeConfig
+from seq2seq.serving.limits import AnswerAccounting, AnswerBudget, hand_over_answer
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -46,6 +51,8 @@ class _GuardedH11(H11Protocol):
 
     max_connections = 512
     header_timeout_s = 10.0
+    answers = AnswerBudget(2**62)
+    _unsent = 0  # bytes this connection holds in the budget (its buffer while paused)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         if len(self.server_state.connections) >= self.max_connections:
@@ -56,6 +63,29 @@ class _GuardedH11(H11Protocol):
             return
         super().connection_made(transport)
         self._arm_header_deadline()
+
+    def pause_writing(self) -> None:
+        # asyncio calls this from transport.write once the buffer passes its high-water mark,
+        # inside the request's send: its reservation becomes the buffer's count here (never
+        # both). Until resume_writing nothing more is written (uvicorn waits for it), so this
+        # is the most the buffer holds.
+        hand_over_answer()
+        self._release_unsent()
+        self._unsent = self.transport.get_write_buffer_size()
+        self.answers.take(self._unsent, force=True)
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self._release_unsent()
+        super().resume_writing()
+
+    def connection_lost(self, exc) -> None:
+        self._release_unsent()
+        super().connection_lost(exc)
+
+    def _release_unsent(self) -> None:
+        self.answers.give(self._unsent)
+        self._unsent = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -94,12 +124,16 @@ class RateLimitedLog(logging.Filter):
 
 
 def uvicorn_config(app: FastAPI, log_level: str) -> uvicorn.Config:
-    """uvicorn's config for ``app``, its limits taken from the app's ``ServeConfig``."""
+    """uvicorn's config for ``app``, its limits taken from the app's ``ServeConfig``; the
+    budget of unsent answers is ``app.state.answers``."""
     server = getattr(app.state, "server", None)
     cfg: ServeConfig = server.cfg if server is not None else ServeConfig()
+    app.state.answers = AnswerBudget(cfg.max_unsent_bytes)
     protocol = type("GuardedH11", (_GuardedH11,), {"max_connections": cfg.max_connections,
-                                                    "header_timeout_s": cfg.header_timeout_s})
-    config = uvicorn.Config(app, log_level=log_level, http=protocol,
+                                                    "header_timeout_s": cfg.header_timeout_s,
+                                                    "answers": app.state.answers})
+    config = uvicorn.Config(AnswerAccounting(app, app.state.answers), log_level=log_level,
+                            http=protocol,
                             limit_concurrency=cfg.max_connections,
                             timeout_keep_alive=cfg.keep_alive_s,
                             h11_max_incomplete_event_size=cfg.max_header_bytes)
@@ -144,10 +178,11 @@ def serve(app: FastAPI, sock: socket.socket, log_level: str = "info") -> None:
 
 
 @contextmanager
-def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0,
-            timeout_s: float = 60.0) -> Iterator[str]:
-    """Serve ``app`` in a daemon thread while the block runs; yields its base URL."""
-    sock = bind(host, port)
+def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0,
+            sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve ``app`` in a daemon thread while the block runs (on ``sock`` if given, else
+    on ``host:port``); yields its base URL."""
+    sock = sock if sock is not None else bind(host, port)
     server = uvicorn.Server(uvicorn_config(app, "warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name="seq2seq-serve")
