@@ -34,6 +34,8 @@ HARD = [
      ["Er sagte: „Ich komme morgen.“", "Dann ging er."]),
     ("de", "Die Firma (gegr. 1990) wächst. Sie hat 20 Mitarbeiter.",
      ["Die Firma (gegr. 1990) wächst.", "Sie hat 20 Mitarbeiter."]),
+    ("de", "Sie fahren durch die Landschaft. 2 Mädchen sitzen. Das kostet ca. 19 Euro, geb. 1950.",
+     ["Sie fahren durch die Landschaft.", "2 Mädchen sitzen.", "Das kostet ca. 19 Euro, geb. 1950."]),
     ("fr", "M. Dupont est arrivé hier. Mme Martin aussi.",
      ["M. Dupont est arrivé hier.", "Mme Martin aussi."]),
     ("fr", "Il a dit : « Je viens. » Puis il est parti.",

@@ -99,7 +99,7 @@ def _ours(lang, text):
 
 
 LIBRARIES = {"pysbd": _pysbd, "sentencex": _sentencex, "sentence-splitter": _moses,
-             "syntok": _syntok, "seq2seq.text.segment (sentencex + 2 corrections)": _ours}
+             "syntok": _syntok, "seq2seq.text.segment (sentencex + 3 corrections)": _ours}
 
 
 def _same(found, gold) -> bool:

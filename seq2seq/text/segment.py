@@ -1,10 +1,12 @@
 """Sentences of a text, as character spans, and the text between them.
 
 - Every line break is a hard boundary; within a line, ``sentencex`` (chosen by measurement,
-  docs/translation.md) finds the sentence ends for the language, then two corrections it
-  misses: a "sentence" starting with a lowercase letter continues the previous one (Czech
-  and German dates, ``3. října``), and one ending in a single capital and a full stop is an
-  initial or French ``M.``, not an end.
+  docs/translation.md) finds the sentence ends for the language, then three corrections: a
+  "sentence" starting with a lowercase letter continues the previous one (Czech dates,
+  ``3. října``); one ending in a single letter and a full stop is an initial or French
+  ``M.``, not an end; a full stop after a word that is no abbreviation (Moses' lists, as
+  ``sentence-splitter`` ships them) ends a sentence even before a number (German and Czech
+  rules in sentencex never end one there).
 - Spans never include the whitespace around a sentence: :func:`split_text` keeps it in the
   gaps, so ``Segments.join`` of the translations puts spaces, line breaks and blank lines
   back where they were, and ``join`` of the sentences themselves is the input, exactly.
@@ -17,10 +19,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 
 import sentencex
 
 _INITIAL = re.compile(r"(?:^|\s)[^\W\d_]\.$")  # "M." / "J." at a piece's end: not a sentence end
+# a full stop after a word, then a number: "… Landschaft. 2 Mädchen …" (sentencex never ends
+# a German or Czech sentence before a digit, for dates; the word tells a date from an end)
+_BEFORE_DIGIT = re.compile(r"([^\W\d_]+)([.!?])\s+(?=\d)")
 _CLAUSE_END = re.compile(r"[;,，；、](?=\s)|\s[-–—]\s")  # after ; or , / a spaced dash
 
 
@@ -54,6 +61,33 @@ def _continues(text: str, previous: tuple[int, int], nxt: tuple[int, int]) -> bo
     return text[nxt[0]].islower() or bool(_INITIAL.search(text[previous[0]:previous[1]]))
 
 
+@cache
+def _prefixes(lang: str) -> frozenset[str]:
+    """Moses' non-breaking prefixes of ``lang`` (``Nr``, ``ca``; as ``sentence-splitter``
+    ships them); none for a language it has no list for."""
+    try:
+        text = (resources.files("sentence_splitter") / "non_breaking_prefixes" / f"{lang}.txt")
+        lines = text.read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, ModuleNotFoundError, OSError):
+        return frozenset()
+    return frozenset(line.split("#")[0].strip() for line in lines if line.split("#")[0].strip())
+
+
+def _digit_cuts(text: str, span: tuple[int, int], lang: str) -> list[tuple[int, int]]:
+    """``span`` cut where a sentence ends before a number (see ``_BEFORE_DIGIT``): after a
+    word that is no abbreviation of the language (nor looks like one: a single letter, or
+    four lowercase letters at most, as ``geb.``, ``inkl.``)."""
+    out, start = [], span[0]
+    for match in _BEFORE_DIGIT.finditer(text, span[0], span[1]):
+        word = match.group(1)
+        short = len(word) < 2 or (len(word) <= 4 and word.islower())
+        if match.group(2) == "." and (short or word in _prefixes(lang)):
+            continue
+        out.append((start, match.end(2)))
+        start = match.end()
+    return [*out, (start, span[1])]
+
+
 def _line_sentences(text: str, start: int, end: int, lang: str) -> list[tuple[int, int]]:
     spans, pos = [], start
     for piece in sentencex.segment(lang, text[start:end]):
@@ -67,7 +101,7 @@ def _line_sentences(text: str, start: int, end: int, lang: str) -> list[tuple[in
             spans[-1] = (spans[-1][0], span[1])
         else:
             spans.append(span)
-    return spans
+    return [cut for span in spans for cut in _digit_cuts(text, span, lang)]
 
 
 def sentence_spans(text: str, lang: str | None = None) -> list[tuple[int, int]]:
