@@ -4,7 +4,7 @@ A text is cut into sentences (``seq2seq.text.segment``), a sentence longer than 
 ever saw into clauses; every piece of every text of a call goes to the model in the same
 length-packed batches; each text is then put back together from its pieces' translations
 and its own gaps (spaces, line breaks, blank lines). Pieces without a letter or digit
-(emoji, punctuation) are kept as they are.
+(emoji, punctuation) are kept as they are; a blank text gives ``""``.
 
 A text of one piece keeps everything its piece's result has (score, n-best, flags); a text
 of several gets the 1-best only (n-best lists of pieces do not combine into texts), the
@@ -71,6 +71,8 @@ def plan(texts: Sequence[str], lang: str | None, lengths: Callable[[list[str]], 
 
 def _assemble(text: str, segments: Segments,
               results: list[TranslationResult | None]) -> TranslationResult:
+    if not text.strip():  # blank: "" as without splitting (the Translator's promise)
+        return TranslationResult(text, "", 0.0, 0.0, [("", 0.0)])
     hyps = [s if r is None else r.hyp for s, r in zip(segments.sentences, results)]
     done = [r for r in results if r is not None]
     hyp = segments.join(hyps)

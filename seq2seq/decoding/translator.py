@@ -4,8 +4,12 @@ Used by the CLI, evaluation and validation during training. Policies:
 - Sources are packed by length into batches of at most ``decoding.max_tokens`` padded
   source tokens (``seq2seq.data.batch.pack``, the rule training batches follow too),
   longest batch first; results come back in input order.
+- Each text is cut into sentences and put back together (``paragraphs``; off with
+  ``decoding.split_sentences = False``); text without a letter or digit comes back as it is.
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
+- An output with far fewer words than its source is flagged ``"skipped"``, a source cut to
+  fit the model ``"truncated"`` (``TranslationResult.flags``).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
   one warning per call naming how many lines were cut; it never crashes.
 - Control characters and emoji go through SentencePiece like any text (unknown pieces
