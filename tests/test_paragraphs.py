@@ -156,3 +156,20 @@ def test_the_cli_keeps_one_output_line_per_input_line(tmp_path, capsys):
     err = capsys.readouterr().err  # the 8-word sentence, cut to 2 tokens: flagged, by line
     assert "seq2seq-translate: warning: line 5: the output has far fewer words" in err
     assert "line 1:" not in err  # its sentences are too short to judge
+
+
+def test_the_server_splits_keeps_lines_and_answers_flags(shipped):
+    pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving import create_app, load_models
+
+    texts = [TEXTS[1], LONG]
+    with TestClient(create_app(load_models([str(SHIPPED)]))) as client:
+        split = client.post("/translate", json={"texts": texts}).json()["results"]
+        whole = client.post("/translate", json={"texts": texts, "no_split": True}).json()["results"]
+        cut = client.post("/translate", json={"texts": texts, "max_len_a": 0.0, "max_len_b": 2})
+    assert [r["hyp"] for r in split] == shipped.translate(texts)
+    assert [r["hyp"] for r in whole] == _no_split(shipped).translate(texts)
+    assert split[0]["hyp"].count("\n") == 3 and [r["flags"] for r in split] == [[], []]
+    assert [r["flags"] for r in cut.json()["results"]] == [[], ["skipped"]]
