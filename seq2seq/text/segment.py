@@ -27,7 +27,8 @@ import sentencex
 _INITIAL = re.compile(r"(?:^|\s)[^\W\d_]\.$")  # "M." / "J." at a piece's end: not a sentence end
 # a full stop after a word, then a number: "… Landschaft. 2 Mädchen …" (sentencex never ends
 # a German or Czech sentence before a digit, for dates; the word tells a date from an end)
-_BEFORE_DIGIT = re.compile(r"([^\W\d_]+)([.!?])\s+(?=\d)")
+_BEFORE_DIGIT = re.compile(r"[.!?]\s+(?=\d)")
+_LAST_WORD = re.compile(r"[^\W\d_]+$")
 _CLAUSE_END = re.compile(r"[;,，；、](?=\s)|\s[-–—]\s")  # after ; or , / a spaced dash
 
 
@@ -79,11 +80,14 @@ def _digit_cuts(text: str, span: tuple[int, int], lang: str) -> list[tuple[int, 
     four lowercase letters at most, as ``geb.``, ``inkl.``)."""
     out, start = [], span[0]
     for match in _BEFORE_DIGIT.finditer(text, span[0], span[1]):
-        word = match.group(1)
-        short = len(word) < 2 or (len(word) <= 4 and word.islower())
-        if match.group(2) == "." and (short or word in _prefixes(lang)):
+        before = _LAST_WORD.search(text, max(start, match.start() - 64), match.start())
+        if before is None:  # a number or a symbol before the stop: "1. 1. 1990"
             continue
-        out.append((start, match.end(2)))
+        word = before.group()
+        short = len(word) < 2 or (len(word) <= 4 and word.islower())
+        if text[match.start()] == "." and (short or word in _prefixes(lang)):
+            continue
+        out.append((start, match.start() + 1))
         start = match.end()
     return [*out, (start, span[1])]
 
