@@ -50,9 +50,9 @@ class DecodingConfig:
     max_sentence_tokens: int = 126
     # an output of fewer words than this share of its source's (sources of 8 words or more)
     # is flagged "skipped": words were probably dropped. Shipped models, greedy, Multi30k
-    # test_2016_flickr: 0.6 flags 0 of 828 De->En and 8 of 914 En->De test sentences, and
-    # 36 of the 75 (De->En) and 95 of the 103 (En->De) 3-sentence lines that lost 40% of
-    # their words untranslated-as-one (docs/translation.md)
+    # test_2016_flickr: 0.6 flags 0 (De->En) and 8 (En->De) of the 1,000 test captions, and
+    # 45 and 162 of their 333 3-caption lines translated unsplit, where 75 and 103 lost 40%
+    # of their words (docs/translation.md, scripts/bench/paragraphs.py)
     skip_ratio: float = 0.6
 
     def __post_init__(self) -> None:
