@@ -9,8 +9,11 @@ A multilingual model is told the output language by ``--target-lang`` (and check
 ``--source-lang`` when given); a direction it was not trained on is refused, naming the
 ones it has.
 
-Input: positional arguments (one sentence each), ``--input FILE``, or stdin, read in chunks
-and flushed per chunk (streaming). Blank lines give blank output lines. Decoding defaults
+Input: positional arguments (one text each), ``--input FILE``, or stdin, read in chunks
+and flushed per chunk (streaming); one output line per input line, blank lines stay blank.
+Each line is cut into sentences, which are translated (all of a chunk batched together) and
+put back in their places (``--no-split``: each line as one sentence). An output that looks
+like it dropped words gets a one-line warning on stderr. Decoding defaults
 come from ``DecodingConfig``; flags only override them.
 
 What a model knows is its training data. The shipped models (``-m multi30k_de_en_tiny``,
@@ -73,6 +76,9 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, help="sampling seed")
     g.add_argument("--max-tokens", "--batch-tokens", dest="max_tokens", type=int,
                    help=f"padded source tokens per batch (default {d.max_tokens})")
+    g.add_argument("--no-split", action="store_true",
+                   help="translate each line as one sentence (for corpora of one sentence a "
+                        "line); default: lines are cut into sentences, translated, put back")
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
@@ -107,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
                     help="jsonl: one JSON object a line: src, hyp, score (normalized, what "
-                         "ranks hypotheses), confidence (0-1), nbest")
+                         "ranks hypotheses), confidence (0-1), flags (warnings: skipped, "
+                         "truncated), nbest")
     ap.add_argument("--warn-below", type=float, metavar="P",
                     help="a one-line warning on stderr for each output whose confidence is "
                          "below P, in (0, 1), e.g. 0.5 (default: no warnings)")
@@ -200,6 +207,7 @@ def _format(result, fmt: str) -> str:
         "hyp": result.hyp,
         "score": result.score,
         "confidence": result.confidence,
+        "flags": result.flags,
         "nbest": [{"hyp": h, "score": s} for h, s in result.nbest],
     }, ensure_ascii=False)
 
@@ -244,10 +252,18 @@ def check_warn_below(value: float | None) -> None:
         raise ValueError(f"--warn-below {value}: must be a confidence in (0, 1), e.g. 0.5")
 
 
+FLAG_WORDS = {
+    "skipped": "the output has far fewer words than the input: parts of it may be untranslated",
+    "truncated": "a sentence longer than the model takes was cut: its end is untranslated",
+}
+
+
 def _warn_if_unsure(result, line: int, threshold: float | None) -> None:
     if threshold is not None and result.confidence < threshold:
         print(f"{PROG}: warning: line {line}: confidence {result.confidence:.2f} < {threshold}: "
               "the input may be unlike the model's training data", file=sys.stderr)
+    for flag in result.flags:
+        print(f"{PROG}: warning: line {line}: {FLAG_WORDS.get(flag, flag)}", file=sys.stderr)
 
 
 def run(args) -> None:

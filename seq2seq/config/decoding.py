@@ -67,10 +67,23 @@ class DecodingConfig:
     # padded source tokens per translation batch; measured on 1,000 lines, beam 5: 523 MB peak
     # RSS at 2000 vs 874 MB at 6000, same speed
     max_tokens: int = 2000
+    # cut each text into sentences (seq2seq.text.segment) and translate those, putting the
+    # text's spaces and line breaks back; off (--no-split) for corpora of one sentence a line
+    split_sentences: bool = True
+    # a sentence longer than this (source subwords) is cut at clauses before translation:
+    # training drops longer pairs (DataConfig.max_len 128, bos/eos included), so no model saw one
+    max_sentence_tokens: int = 126
+    # an output of fewer words than this share of its source's (sources of 8 words or more)
+    # is flagged "skipped": words were probably dropped. Shipped models, greedy, Multi30k
+    # test_2016_flickr: 0.6 flags 0 (De->En) and 8 (En->De) of the 1,000 test captions, and
+    # 45 and 162 of their 333 3-caption lines translated unsplit, where 75 and 103 lost 40%
+    # of their words (docs/translation.md, scripts/bench/paragraphs.py)
+    skip_ratio: float = 0.6
 
     def __post_init__(self) -> None:
         check_fields(self)
-        positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience")
+        positive(self, "beam_size", "nbest", "max_len_b", "temperature", "max_tokens", "patience",
+                 "max_sentence_tokens")
         if self.nbest > self.beam_size and self.method == "beam":
             raise ConfigError(
                 f"DecodingConfig.nbest={self.nbest} cannot exceed beam_size={self.beam_size}"
@@ -79,7 +92,7 @@ class DecodingConfig:
             raise ConfigError(f"DecodingConfig.top_p must be in (0, 1], got {self.top_p}")
         if self.top_p < 1e-6:  # rounds to 0 in float32: the nucleus would lose its first token
             raise ConfigError(f"DecodingConfig.top_p must be >= 1e-06, got {self.top_p}")
-        for name in ("top_k", "min_len", "max_len_a", "no_repeat_ngram_size"):
+        for name in ("top_k", "min_len", "max_len_a", "no_repeat_ngram_size", "skip_ratio"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"DecodingConfig.{name} must be >= 0, got {getattr(self, name)}")
         # Beyond these the search runs out of memory or float range, never to a better output.
@@ -108,6 +121,8 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
     elif beam_size is not None:
         over["method"] = "beam" if beam_size > 1 else "greedy"
         over["beam_size"] = beam_size if beam_size > 1 else d.beam_size
+    if getattr(args, "no_split", False):
+        over["split_sentences"] = False
     method = over.get("method", d.method)
     if over.get("nbest", 1) > 1 and method == "greedy":
         raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")

@@ -4,8 +4,12 @@ Used by the CLI, evaluation and validation during training. Policies:
 - Sources are packed by length into batches of at most ``decoding.max_tokens`` padded
   source tokens (``seq2seq.data.batch.pack``, the rule training batches follow too),
   longest batch first; results come back in input order.
+- Each text is cut into sentences and put back together (``paragraphs``; off with
+  ``decoding.split_sentences = False``); text without a letter or digit comes back as it is.
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
+- An output with far fewer words than its source is flagged ``"skipped"``, a source cut to
+  fit the model ``"truncated"`` (``TranslationResult.flags``).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
   one warning per call naming how many lines were cut; it never crashes.
 - Control characters and emoji go through SentencePiece like any text (unknown pieces
@@ -18,7 +22,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,26 +32,13 @@ from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.decoding import paragraphs
 from seq2seq.decoding.ensemble import Ensemble
+from seq2seq.decoding.result import TranslationResult
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
-from seq2seq.model import Attentions, Seq2Seq
-
-
-@dataclass
-class TranslationResult:
-    src: str
-    hyp: str
-    score: float  # the 1-best's normalized score (what ranks hypotheses); 0.0 for empty input
-    log_prob: float  # the 1-best's total log-prob
-    nbest: list[tuple[str, float]] = field(default_factory=list)  # (text, normalized score)
-    src_pieces: list[str] = field(default_factory=list)  # set with need_attention
-    tgt_pieces: list[str] = field(default_factory=list)  # the 1-best's pieces, then "</s>"
-    attention: Attentions | None = None  # on request: see search.SearchResult
-    # the 1-best's geometric-mean token probability, exp(log_prob / its tokens incl. EOS), in
-    # (0, 1]; low on input unlike the training data (1.0 for empty input). See confidence().
-    confidence: float = 1.0
+from seq2seq.model import Seq2Seq
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -184,10 +175,42 @@ class Translator:
                        progress: bool = False, *, target_lang: str | None = None,
                        source_lang: str | None = None) -> list[TranslationResult]:
         """One result per text, in input order; ``target_lang`` (and optionally
-        ``source_lang``) choose a multilingual model's direction."""
+        ``source_lang``) choose a multilingual model's direction. With
+        ``decoding.split_sentences`` each text is translated a sentence at a time, all
+        sentences of the call batched together (``paragraphs``); attention is of one model
+        call, so ``need_attention`` translates each text whole."""
         texts = list(texts)
         tag = self.tag_for(target_lang, source_lang)
-        ids = self._source_ids(texts, tag)
+        if not self.decoding.split_sentences or need_attention:
+            return self._translate_lines(texts, need_attention, progress, tag)
+        limit = min(self.decoding.max_sentence_tokens, self._max_source(tag) - 1)
+        plan = paragraphs.plan(texts, self.source_language(source_lang, target_lang),
+                               self._lengths, limit)
+        return plan.assemble(self._translate_lines(plan.units, False, progress, tag))
+
+    def source_language(self, source_lang: str | None = None,
+                        target_lang: str | None = None) -> str | None:
+        """The language the input is in, as far as known: the one asked, the model's single
+        source language (of the asked direction), else ``None``."""
+        if source_lang is not None:
+            return source_lang
+        if self.directions is None:
+            return self.pair[0]
+        _, tgt = self.directions.resolve(None, target_lang)
+        sources = {s for s, t in self.directions.pairs if t == tgt}
+        return sources.pop() if len(sources) == 1 else None
+
+    def _lengths(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizers.src.encode(texts)] if texts else []
+
+    def _max_source(self, tag: _Tag) -> int:
+        """Source positions left for the text's tokens (and EOS)."""
+        return self.model.arch.max_positions - (tag.source is not None)
+
+    def _translate_lines(self, texts: list[str], need_attention: bool, progress: bool,
+                         tag: _Tag) -> list[TranslationResult]:
+        """Each text as one model input (blank text: ``""`` without a model call)."""
+        ids, cut = self._source_ids(texts, tag)
         results = [TranslationResult(t, "", 0.0, 0.0, [("", 0.0)]) for t in texts]
         todo = [i for i, s in enumerate(ids) if s]
         if not todo:
@@ -202,23 +225,26 @@ class Translator:
                     self._run(batch, texts, ids, results, need_attention, generator, tag)
         finally:
             self.model.train(was_training)
+        for i in cut:
+            results[i].flags.append("truncated")
         return results
 
     # ------------------------------------------------------------ steps
-    def _source_ids(self, texts: list[str], tag: _Tag = _Tag()) -> list[list[int]]:
+    def _source_ids(self, texts: list[str], tag: _Tag = _Tag()) -> tuple[list[list[int]], list[int]]:
         """Subword ids per text (``collate_src`` adds EOS and a source tag); ``[]`` for blank
-        text; sources longer than the model's positions are truncated with a warning."""
+        text; sources longer than the model's positions are truncated with a warning (and
+        their indices returned, to be flagged)."""
         full = [i for i, t in enumerate(texts) if t.strip()]
         encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
-        max_positions = self.model.arch.max_positions - (tag.source is not None)
+        max_positions = self._max_source(tag)
         ids = [truncate_source(encoded.get(i, []), max_positions) for i in range(len(texts))]
         limit = max_positions - 1
-        cut = sum(len(toks) > limit for toks in encoded.values())
+        cut = [i for i, toks in encoded.items() if len(toks) > limit]
         if cut:
-            msg = f"{cut} source line(s) longer than {limit} tokens were truncated to {limit}"
-            warnings.warn(msg, stacklevel=3)
+            msg = f"{len(cut)} source line(s) longer than {limit} tokens were truncated to {limit}"
+            warnings.warn(msg, stacklevel=4)
         self._warn_min_len([len(ids[i]) + 1 for i in full])
-        return ids
+        return ids, cut
 
     def _warn_min_len(self, src_lens: list[int]) -> None:
         """Forced EOS wins over ``min_len``: where the length limit is at or below it, the
@@ -232,7 +258,7 @@ class Translator:
             warnings.warn(f"{short} sentence(s) have a length limit (max_len_a * source + "
                           f"max_len_b, at most {self.model.arch.max_positions - 1}) at or below "
                           f"--min-len {m}: their outputs stop at that limit, unfinished",
-                          stacklevel=4)
+                          stacklevel=5)
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
         """Indices of ``todo`` packed within ``max_tokens`` padded source tokens (+ EOS)."""
@@ -261,7 +287,8 @@ class Translator:
             best = hyps[0]
             r = TranslationResult(texts[i], texts_n[0], best.normalized, best.score,
                                   [(s, h.normalized) for s, h in zip(texts_n, hyps)],
-                                  confidence=confidence(best))
+                                  confidence=confidence(best), tokens=len(best.tokens) + 1,
+                                  flags=skipped(texts[i], texts_n[0], self.decoding))
             if need_attention:
                 r.attention = out.attentions[row]
                 r.src_pieces = self.tokenizers.src.id_to_piece(src[row][src[row] != cfg.pad_id].tolist())
@@ -275,6 +302,20 @@ def confidence(hyp: Hypothesis) -> float:
     The shipped De->En model: median 0.75 on Multi30k val (95% above 0.48 greedy, 0.57 beam
     5), 0.25-0.48 on everyday sentences unlike its captions."""
     return math.exp(hyp.score / (len(hyp.tokens) + 1))
+
+
+SKIP_MIN_WORDS = 8  # shorter sources vary too much in length to judge (see skip_ratio)
+
+
+def skipped(src: str, hyp: str, decoding: DecodingConfig) -> list[str]:
+    """``["skipped"]`` when ``hyp`` has far fewer words than ``src`` (under
+    ``decoding.skip_ratio`` of them): a translation that dropped words, as one-sentence
+    models do with several sentences at once. Words are what spaces separate (a measure
+    that does not judge text without spaces: Chinese, Japanese)."""
+    n_src = len(src.split())
+    if n_src < SKIP_MIN_WORDS:
+        return []
+    return ["skipped"] if len(hyp.split()) < decoding.skip_ratio * n_src else []
 
 
 def _progress(batches: list, enabled: bool):

@@ -64,6 +64,8 @@ class DecodingOptions(BaseModel):
     topk: StrictInt | None = Field(None, le=1_000_000)
     topp: FiniteFloat | None = None
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
+    no_split: StrictBool = Field(False, description="translate each text as one sentence "
+                                 "(default: cut into sentences, translated, put back together)")
 
     @field_validator("lenpen", "max_len_a", "patience", "temperature", "topp", mode="before")
     @classmethod
@@ -142,9 +144,11 @@ def translate_texts(served: ServedModel, decoding: DecodingConfig, direction: di
 
 
 def result_json(r: TranslationResult) -> dict:
-    """The fields of ``seq2seq-translate --output-format jsonl``, plus the total log-prob."""
+    """The fields of ``seq2seq-translate --output-format jsonl``, plus the total log-prob;
+    ``flags``: "skipped" (far fewer words than the source), "truncated" (a cut source)."""
     return {"src": r.src, "hyp": r.hyp, "score": r.score, "log_prob": r.log_prob,
-            "confidence": r.confidence, "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
+            "confidence": r.confidence, "flags": r.flags,
+            "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
 
 
 def attention_json(r: TranslationResult, first: str = "<s>") -> dict:

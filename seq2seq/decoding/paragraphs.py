@@ -1,0 +1,127 @@
+"""Texts of any length through a model trained on single sentences.
+
+A text is cut into sentences (``seq2seq.text.segment``), a sentence longer than the model
+ever saw into clauses; every piece of every text of a call goes to the model in the same
+length-packed batches; each text is then put back together from its pieces' translations
+and its own gaps (spaces, line breaks, blank lines). Pieces without a letter or digit
+(emoji, punctuation) are kept as they are; a blank text gives ``""``.
+
+A text of one piece keeps everything its piece's result has (score, n-best, flags); a text
+of several gets the 1-best only (n-best lists of pieces do not combine into texts), the
+total log-prob of its pieces, their mean normalized score, the geometric-mean token
+probability over all their tokens, and every piece's flags.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from seq2seq.decoding.result import TranslationResult
+from seq2seq.text.segment import Segments, fit_clauses, from_spans, has_words, sentence_spans
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pieces to translate (``units``) and how each text is made of them."""
+
+    texts: list[str]
+    units: list[str]
+    layouts: list[tuple[Segments, list[int | None]]]  # per text: pieces, unit index or None
+
+    def assemble(self, results: Sequence[TranslationResult]) -> list[TranslationResult]:
+        """One result per text from the units' results (in ``units`` order)."""
+        return [_assemble(text, segments, [None if u is None else results[u] for u in units])
+                for text, (segments, units) in zip(self.texts, self.layouts)]
+
+
+def _spans(text: str, lang: str | None, lengths: Callable[[list[str]], list[int]],
+           limit: int) -> list[tuple[int, int]]:
+    """Sentence spans of ``text``, those over ``limit`` tokens cut further at clauses."""
+    spans = sentence_spans(text, lang)
+    sizes = lengths([text[a:b] for a, b in spans])
+    out: list[tuple[int, int]] = []
+    for (a, b), size in zip(spans, sizes):
+        if size <= limit:
+            out.append((a, b))
+            continue
+        def one(s: str) -> int:
+            return lengths([s])[0]
+        out += [(a + x, a + y) for x, y in fit_clauses(text[a:b], one, limit)]
+    return out
+
+
+def plan(texts: Sequence[str], lang: str | None, lengths: Callable[[list[str]], list[int]],
+         limit: int) -> Plan:
+    """Cut ``texts`` (in language ``lang``) into the pieces to translate; ``lengths`` gives
+    the source tokens of each of a list of strings, ``limit`` the most a piece should have."""
+    units: list[str] = []
+    layouts = []
+    for text in texts:
+        segments = from_spans(text, _spans(text, lang, lengths, limit))
+        index: list[int | None] = []
+        for sentence in segments.sentences:
+            index.append(len(units) if has_words(sentence) else None)
+            if has_words(sentence):
+                units.append(sentence)
+        layouts.append((segments, index))
+    return Plan(list(texts), units, layouts)
+
+
+def _assemble(text: str, segments: Segments,
+              results: list[TranslationResult | None]) -> TranslationResult:
+    if not text.strip():  # blank: "" as without splitting (the Translator's promise)
+        return TranslationResult(text, "", 0.0, 0.0, [("", 0.0)])
+    hyps = [s if r is None else r.hyp for s, r in zip(segments.sentences, results)]
+    done = [r for r in results if r is not None]
+    hyp = segments.join(hyps)
+    if len(done) == 1:  # one sentence: its own result, in the text's gaps
+        (r,) = done
+        i = results.index(r)
+        nbest = [(segments.join([*hyps[:i], h, *hyps[i + 1:]]), s) for h, s in r.nbest]
+        return replace(r, src=text, hyp=hyp, nbest=nbest)
+    if not done:  # blank, or nothing to translate (emoji, punctuation): as it came
+        return TranslationResult(text, hyp, 0.0, 0.0, [(hyp, 0.0)])
+    log_prob = sum(r.log_prob for r in done)
+    tokens = sum(r.tokens for r in done)
+    score = sum(r.score for r in done) / len(done)
+    flags = sorted({f for r in done for f in r.flags})
+    return TranslationResult(text, hyp, score, log_prob, [(hyp, score)],
+                             confidence=math.exp(log_prob / max(tokens, 1)), tokens=tokens,
+                             flags=flags)
+
+
+def join_groups(lines: Sequence[str], size: int = 3) -> list[str]:
+    """Consecutive lines joined by a space, ``size`` at a time (a last shorter group dropped):
+    "paragraphs" of a test set whose sentence-by-sentence translation is known."""
+    return [" ".join(lines[i:i + size]) for i in range(0, len(lines) - size + 1, size)]
+
+
+def measure(translator, sources: Sequence[str], references: Sequence[str], size: int = 3,
+            lost: float = 0.6) -> dict:
+    """Paragraphs of ``size`` test sentences translated whole (split, and with
+    ``split_sentences`` off) against the same sentences translated one by one and joined:
+    BLEU against the joined references, how many paragraphs kept fewer than ``lost`` of the
+    one-by-one words, and how often the "skipped" flag fired on each."""
+    from seq2seq.metrics import bleu
+
+    paragraphs = join_groups(sources, size)
+    refs = join_groups(references, size)
+    one_by_one = join_groups(translator.translate(list(sources)[:len(paragraphs) * size]), size)
+    base = translator.decoding
+    out = {"paragraphs": len(paragraphs),
+           "sentence_by_sentence": {"BLEU": round(bleu(one_by_one, refs).score, 2)}}
+    for name, split in (("split", True), ("no_split", False)):
+        translator.decoding = replace(base, split_sentences=split)
+        try:
+            results = translator.translate_full(paragraphs)
+        finally:
+            translator.decoding = base
+        hyps = [r.hyp for r in results]
+        out[name] = {
+            "BLEU": round(bleu(hyps, refs).score, 2),
+            "lost": sum(len(h.split()) < lost * len(o.split()) for h, o in zip(hyps, one_by_one)),
+            "flagged": sum("skipped" in r.flags for r in results),
+        }
+    return out

@@ -1,0 +1,175 @@
+"""Texts of several sentences through the shipped one-sentence models: split, batched
+together, put back with their spaces and line breaks; nothing dropped without a flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.cli.translate import main as cli_main
+from seq2seq.config import DecodingConfig
+from seq2seq.data.batch import collate_src
+from seq2seq.decoding import translator as translator_module
+from seq2seq.decoding.paragraphs import measure
+from seq2seq.decoding.search import search
+from seq2seq.decoding.translator import Translator
+from seq2seq.text.segment import split_text
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
+TEST = ROOT / "data" / "multi30k" / "test_2016_flickr"
+TEXTS = [
+    "Ein Hund rennt durch den Schnee. Eine Katze schläft auf dem Sofa. Zwei Männer spielen "
+    "Fußball im Park.",
+    "Ein Mann fährt Fahrrad.\nEine Frau liest.\n\n  Zwei Hunde spielen im Schnee. ",
+    "Ein Kind isst ein Eis.",
+    "",
+    "😀 🎉 !",
+]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Translator:
+    return Translator.from_checkpoint(SHIPPED, DecodingConfig(method="greedy"))
+
+
+def _no_split(t: Translator, **over) -> Translator:
+    return Translator(t.model, t.tokenizers, dataclasses.replace(t.decoding, split_sentences=False,
+                                                                  **over), None, None, t.pair)
+
+
+def test_split_equals_each_sentence_alone_in_the_text_gaps(shipped):
+    one = _no_split(shipped)
+    expected = []
+    for text in TEXTS:
+        segments = split_text(text, "de")
+        expected.append(segments.join(
+            [one.translate([s])[0] if any(c.isalnum() for c in s) else s
+             for s in segments.sentences]))
+    results = shipped.translate_full(TEXTS)
+    assert [r.hyp for r in results] == expected
+    assert results[1].hyp.count("\n") == 3 and "\n\n  " in results[1].hyp  # lines kept
+    assert results[4].hyp == TEXTS[4]  # nothing to translate: as it came
+    alone = one.translate_full([TEXTS[2]])[0]  # one sentence: all of its result
+    assert [h for h, _ in results[2].nbest] == [h for h, _ in alone.nbest]
+    assert results[2].log_prob == pytest.approx(alone.log_prob, abs=1e-4)
+
+
+def test_all_sentences_of_a_call_share_the_batches(shipped, monkeypatch):
+    calls = []
+
+    def counting(model, src, *args, **kwargs):
+        calls.append(src.shape[0])
+        return search(model, src, *args, **kwargs)
+    monkeypatch.setattr(translator_module, "search", counting)
+    shipped.translate(TEXTS)
+    assert calls == [7]  # 3 + 3 + 1 sentences, one model call (they fit one batch)
+
+
+def test_no_split_translates_the_text_as_one_source(shipped):
+    text = TEXTS[0]
+    ids = shipped.tokenizers.src.encode([text])
+    arch = shipped.model.arch
+    src = collate_src(ids, arch.pad_id, arch.eos_id)
+    with torch.inference_mode():
+        out = search(shipped.model, src, shipped.decoding)
+    whole = shipped.tokenizers.tgt.decode([out.hypotheses[0][0].tokens])[0]
+    assert _no_split(shipped).translate([text]) == [whole]
+    assert shipped.translate([text]) != [whole]  # the reason splitting exists
+
+
+def test_text_without_words_never_reaches_the_model(shipped, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the model was called")
+    monkeypatch.setattr(translator_module, "search", fail)
+    texts = ["😀", " 🎉 … ?! ", "", "\n\n", "---"]
+    assert shipped.translate(texts) == texts
+
+
+def test_a_cut_output_is_flagged_skipped(shipped):
+    text = "Zwei Männer stehen vor einem großen Haus und reden miteinander über das Wetter."
+    assert shipped.translate_full([text])[0].flags == []
+    cut = Translator(shipped.model, shipped.tokenizers,
+                     DecodingConfig(method="greedy", max_len_a=0.0, max_len_b=3), None, None,
+                     shipped.pair)  # at most 3 output tokens: most words dropped
+    assert cut.translate_full([text])[0].flags == ["skipped"]
+    assert cut.translate_full([f"{text} Ein Hund."])[0].flags == ["skipped"]  # in a paragraph
+
+
+def test_a_sentence_over_the_limit_is_cut_at_clauses_not_truncated(shipped):
+    text = "Ein Mann, der einen Hut trägt, steht am Strand, während zwei Hunde im Wasser spielen."
+    limit = 8
+    short = Translator(shipped.model, shipped.tokenizers,
+                       DecodingConfig(method="greedy", max_sentence_tokens=limit), None, None,
+                       shipped.pair)
+    pieces = ["Ein Mann, der einen Hut trägt,", "steht am Strand,",
+              "während zwei Hunde im Wasser spielen."]
+    assert all(len(ids) <= limit for ids in shipped.tokenizers.src.encode(pieces))
+    one = _no_split(shipped)
+    assert short.translate([text]) == [" ".join(one.translate([p])[0] for p in pieces)]
+
+
+def test_a_source_longer_than_the_model_takes_is_flagged_truncated(shipped):
+    arch = dataclasses.replace(shipped.model.arch)
+    tiny = Translator(shipped.model, shipped.tokenizers, DecodingConfig(method="greedy",
+                      max_len_b=2), None, None, shipped.pair)
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(shipped.model.arch, "max_positions", 8)  # 7 source tokens with EOS
+    try:
+        with pytest.warns(UserWarning, match="truncated"):
+            result = tiny.translate_full(["Zwei Männer stehen vor einem großen Haus und reden "
+                                          "miteinander über das Wetter"])[0]  # no clause to cut at
+    finally:
+        monkey.undo()
+    assert "truncated" in result.flags and shipped.model.arch == arch
+
+
+def _lines(lang: str, n: int) -> list[str]:
+    with gzip.open(f"{TEST}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+def test_three_sentence_paragraphs_lose_nothing(shipped):
+    result = measure(shipped, _lines("de", 30), _lines("en", 30))
+    assert result["paragraphs"] == 10 and result["split"]["lost"] == 0
+    assert abs(result["split"]["BLEU"] - result["sentence_by_sentence"]["BLEU"]) <= 0.5
+    assert result["no_split"]["BLEU"] < result["split"]["BLEU"]
+
+
+LONG = "Zwei Männer stehen vor einem großen Haus und reden miteinander über das Wetter."
+
+
+def test_the_cli_keeps_one_output_line_per_input_line(tmp_path, capsys):
+    src = tmp_path / "in.de"
+    src.write_text(f"{TEXTS[0]}\n\nEin Hund.\n😀\n{LONG}\n", encoding="utf-8")
+    cli_main(["-m", str(SHIPPED), "--input", str(src)])
+    out = capsys.readouterr()
+    lines = out.out.split("\n")
+    assert len(lines) == 6 and lines[1] == "" and lines[3] == "😀" and lines[5] == ""
+    assert lines[0].count(".") == 3 and "warning" not in out.err  # three sentences came back
+    cli_main(["-m", str(SHIPPED), "--max-len-a", "0", "--max-len-b", "2", "--input", str(src)])
+    err = capsys.readouterr().err  # the 8-word sentence, cut to 2 tokens: flagged, by line
+    assert "seq2seq-translate: warning: line 5: the output has far fewer words" in err
+    assert "line 1:" not in err  # its sentences are too short to judge
+
+
+def test_the_server_splits_keeps_lines_and_answers_flags(shipped):
+    pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving import create_app, load_models
+
+    texts = [TEXTS[1], LONG]
+    with TestClient(create_app(load_models([str(SHIPPED)]))) as client:
+        split = client.post("/translate", json={"texts": texts}).json()["results"]
+        whole = client.post("/translate", json={"texts": texts, "no_split": True}).json()["results"]
+        cut = client.post("/translate", json={"texts": texts, "max_len_a": 0.0, "max_len_b": 2})
+    assert [r["hyp"] for r in split] == shipped.translate(texts)
+    assert [r["hyp"] for r in whole] == _no_split(shipped).translate(texts)
+    assert split[0]["hyp"].count("\n") == 3 and [r["flags"] for r in split] == [[], []]
+    assert [r["flags"] for r in cut.json()["results"]] == [[], ["skipped"]]
