@@ -168,9 +168,11 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) ->
     cursor = lo
     for c in sorted(children, key=lambda n: n.start):
         start = min(max(c.start, cursor), hi)
-        if c.glue == "left":  # back to the end of the word before
-            while start > cursor and text[start - 1].isspace():
-                start -= 1
+        if c.glue:  # back to the end of the word before ("free": and one space on)
+            back = start
+            while back > cursor and text[back - 1].isspace():
+                back -= 1
+            start = back + (c.glue == "free" and back < start)
         out.append(html.escape(text[cursor:start], quote=False))
         out.append(c.open)
         if c.point:

@@ -23,7 +23,7 @@ from seq2seq.config import DecodingConfig
 from seq2seq.serving.api import DecodingOptions, Server
 from seq2seq.serving.langid import LanguageDetector
 from seq2seq.serving.limits import bounded
-from seq2seq.serving.markup import text_runs, translate_html
+from seq2seq.serving.markup import libre_html
 from seq2seq.serving.models import ServedModel
 
 PREFIX = "/libretranslate"
@@ -133,9 +133,7 @@ class LibreTranslate:
                                 alternatives: int) -> list[tuple[str, list[str]]]:
         if fmt == "text":
             return await self._translate(texts, source, target, alternatives)
-        runs = [text_runs(t) for t in texts]  # html: every text run of every text, one batch
-        flat = iter(await self._translate([r for rs in runs for r in rs], source, target, 0))
-        return [(translate_html(t, lambda rs: [next(flat)[0] for _ in rs]), []) for t in texts]
+        return await libre_html(self, texts, source, target)
 
     async def translate(self, request: Request) -> dict:
         p = await params(request)
