@@ -17,6 +17,7 @@ LAYERS = {
     "seq2seq.data": 2, "seq2seq.model": 2,
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.plotting": 3, "seq2seq.averaging": 4,
     "seq2seq.decoding": 4, "seq2seq.training": 5, "seq2seq.export": 5, "seq2seq.hf_import": 5,
+    "seq2seq.documents": 5,  # documents and HTML through a translator's alignment
     "seq2seq.cli": 6,
     "seq2seq.serving": 6,  # seq2seq-serve's app: requests take seq2seq-translate's options
     "seq2seq": 7,  # the package itself: the public API re-exported (lazily) at the top level

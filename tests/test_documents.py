@@ -182,3 +182,51 @@ def test_every_format_end_to_end_with_the_shipped_model(real):
     html = translate_document("<p>Ein <b>großer</b> Hund läuft.</p>".encode(), "a.html", real, split=split)
     assert re.sub(r"<[^>]+>", "", html.decode()) == plain.translate(["Ein großer Hund läuft."])[0]
     assert re.findall(r"<[^>]+>", html.decode()) == ["<p>", "<b>", "</b>", "</p>"]
+
+
+# ---------------------------------------------------------------- seq2seq-translate --input
+def test_cli_writes_a_document_beside_its_input_and_never_overwrites(tmp_path, one_thread):
+    from helpers import run_main
+
+    from seq2seq.cli.translate import main
+    page = tmp_path / "seite.html"
+    page.write_text("<p>Ein <b>Hund</b> läuft.</p>", encoding="utf-8")
+    code, out, err = run_main(main, ["-m", str(DE_EN), "--input", str(page)])
+    written = tmp_path / "seite.en.html"
+    assert code in (0, None) and out == "" and f"wrote {written}" in err
+    first = written.read_bytes()
+    assert first.startswith(b"<p>") and b"<b>" in first
+    written.write_bytes(b"mine")  # the user's own file now: refused without --force
+    code, _, err = run_main(main, ["-m", str(DE_EN), "--input", str(page)])
+    assert code == 2 and err.strip() == (f"seq2seq-translate: error: --output {written}: exists; "
+                                         "add --force to replace it")
+    assert written.read_bytes() == b"mine"
+    code, _, _ = run_main(main, ["-m", str(DE_EN), "--input", str(page), "--force"])
+    assert code in (0, None) and written.read_bytes() == first
+    code, _, err = run_main(main, ["-m", str(DE_EN), "--input", str(page), "-o", str(page), "--force"])
+    assert code == 2 and "is the input" in err and page.read_bytes().startswith(b"<p>Ein")
+
+
+def test_cli_refuses_a_broken_document_in_one_line(tmp_path):
+    from helpers import run_main
+
+    from seq2seq.cli.translate import main
+    bad = tmp_path / "brief.docx"
+    bad.write_text("not a zip")
+    code, _, err = run_main(main, ["-m", str(DE_EN), "--input", str(bad)])
+    assert code == 2 and err.strip() == ("seq2seq-translate: error: brief.docx: not a .docx file "
+                                         "(not a zip archive)")
+    assert not (tmp_path / "brief.en.docx").exists()
+
+
+def test_cli_text_input_stays_line_by_line(tmp_path, one_thread):
+    from helpers import run_main
+
+    from seq2seq.cli.translate import main
+    src = tmp_path / "a.txt"
+    src.write_text("Ein Hund.\n\nEine Katze.\n", encoding="utf-8")
+    code, out, _ = run_main(main, ["-m", str(DE_EN), "--input", str(src)])
+    assert code in (0, None) and len(out.splitlines()) == 3 and out.splitlines()[1] == ""
+    code, _, _ = run_main(main, ["-m", str(DE_EN), "--input", str(src), "-o", str(tmp_path / "b.txt")])
+    assert code in (0, None)
+    assert (tmp_path / "b.txt").read_text().split("\n") == out.split("\n")

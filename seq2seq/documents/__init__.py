@@ -69,3 +69,45 @@ def output_path(path: str | os.PathLike, target: str | None) -> Path:
     it (``name.translated.docx`` when the model does not say its target language)."""
     p = Path(path)
     return p.with_name(f"{p.stem}.{target or 'translated'}{p.suffix}")
+
+
+DOCUMENT_ONLY = (".html", ".htm", ".docx", ".srt")  # .txt stays line by line on stdout
+
+
+def is_document(path: str | None, output: str | None) -> bool:
+    """``--input FILE`` is translated as a document (written to a file): HTML, Word and
+    subtitles always, ``.txt`` when ``--output`` is given."""
+    return bool(path) and (suffix(path) in DOCUMENT_ONLY or (output is not None and suffix(path) == ".txt"))
+
+
+def plan_output(path: str, output: str | None, target: str | None, force: bool) -> Path:
+    """The file to write: ``--output`` or ``name.<target>.ext`` beside the input; an existing
+    file only with ``force``, never the input itself; a one-line error otherwise."""
+    from seq2seq.files import check_regular_file, kind_of
+
+    check_regular_file(path, "--input")
+    check_format(path)
+    out = Path(output) if output else output_path(path, target)
+    if output and suffix(output) != suffix(path):
+        raise DocumentError(f"--output {output}: must have the input's extension {suffix(path)}")
+    what = kind_of(out)
+    if what not in ("missing", None):
+        raise DocumentError(f"--output {out}: is {what}; give a file name")
+    if what is None and os.path.samefile(out, path):
+        raise DocumentError(f"--output {out}: is the input; choose another name")
+    if what is None and not force:
+        raise DocumentError(f"--output {out}: exists; add --force to replace it")
+    return out
+
+
+def translate_file(path: str, out: Path, translate: SentenceTranslator, lang: str | None) -> None:
+    """The document at ``path`` translated into ``out`` (written whole, then renamed: an
+    interrupted run leaves no half file)."""
+    data = Path(path).read_bytes()
+    done = translate_document(data, path, translate, lang)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(done)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)

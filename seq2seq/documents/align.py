@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from seq2seq.decoding.translator import TranslationResult, Translator
+if TYPE_CHECKING:  # torch loads only when a model runs: the CLI's errors come first, fast
+    from seq2seq.decoding.translator import TranslationResult, Translator
 
 SPACE = "\u2581"  # SentencePiece's word-start mark
 
@@ -54,6 +54,8 @@ def piece_spans(text: str, pieces: list[str]) -> list[tuple[int, int] | None]:
 def aligned(result: TranslationResult) -> Aligned:
     """A :class:`TranslationResult` translated with ``need_attention=True`` as an
     :class:`Aligned`; no links where there was nothing to translate."""
+    import torch
+
     if result.attention is None or not result.attention.decoder_cross:
         return Aligned(result.hyp)
     layers = result.attention.decoder_cross  # per layer (1, H, L, S)
