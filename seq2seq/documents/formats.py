@@ -21,6 +21,9 @@ from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
 
 
+MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
+
+
 class DocumentError(ValueError):
     """A document that cannot be read as what its name says (one line, no traceback)."""
 
@@ -184,6 +187,11 @@ def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split:
 
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise DocumentError(f"{name}: not a .docx file (not a zip archive)")
+    with zipfile.ZipFile(io.BytesIO(data)) as z:  # a small zip may unpack to gigabytes
+        unpacked = sum(i.file_size for i in z.infolist())
+    if unpacked > MAX_UNPACKED:
+        raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to at "
+                            f"most {MAX_UNPACKED}")
     try:
         doc = docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile) as e:

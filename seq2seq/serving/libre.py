@@ -21,6 +21,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 
 from seq2seq.config import DecodingConfig
 from seq2seq.serving.api import DecodingOptions, Server
+from seq2seq.serving.files import add_file_routes
 from seq2seq.serving.langid import LanguageDetector
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import libre_html
@@ -218,5 +219,6 @@ def add_routes(app: FastAPI, server: Server) -> LibreTranslate:
                          summary="Languages, each with the targets it translates into")
     router.add_api_route("/frontend/settings", libre.settings, methods=["GET"],
                          summary="Limits and default languages, for LibreTranslate front-ends")
+    add_file_routes(router, libre)
     app.include_router(router)
     return libre
