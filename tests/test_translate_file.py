@@ -3,7 +3,6 @@ by URL, LibreTranslate's error texts, bounds, the store's limits, names that are
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest

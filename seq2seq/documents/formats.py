@@ -20,7 +20,6 @@ import zipfile
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
 
-
 MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 
 
