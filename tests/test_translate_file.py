@@ -48,9 +48,10 @@ def test_a_document_comes_back_translated_by_url(client):
     assert text.replace("<b>", "").replace("</b>", "") == f"<p>{plain}</p>"
 
 
-def test_subtitles_keep_their_timing(client):
+def test_subtitles_keep_their_timing_and_auto_detects_the_source(client):
     subs = b"1\n00:00:01,000 --> 00:00:02,000\nEin Hund.\n\n2\n00:00:03,000 --> 00:00:04,500\nEine Katze.\n"
-    got = upload(client, "film.srt", subs)
+    got = upload(client, "film.srt", subs, source="auto")
+    assert got.status_code == 200, got.text
     text = client.get(got.json()["translatedFileUrl"]).content.decode()
     assert [line for line in text.splitlines() if "-->" in line] == [
         "00:00:01,000 --> 00:00:02,000", "00:00:03,000 --> 00:00:04,500"]
@@ -98,3 +99,18 @@ def test_the_store_keeps_a_bounded_number_of_files(monkeypatch):
     names = [store.put(f"f{i}.txt", b"x") for i in range(5)]
     assert [store.get(n) is not None for n in names] == [False, False, True, True, True]
     assert len(list(Path(store._dir.name).iterdir())) == 3  # evicted files are deleted
+
+
+def test_html_with_ninety_inline_tags_and_a_lone_less_than_is_one_text(client):
+    page = "<p>" + " ".join("<i>Ei</i>" for _ in range(90)) + " &lt; Katze <3</p>"  # < 1000 chars
+    got = client.post(URL + "translate", json={"q": page, "source": "de", "target": "en",
+                                               "format": "html"})
+    assert got.status_code == 200, got.text
+    out = got.json()["translatedText"]
+    assert out.count("<i>") == 90 and out.count("</i>") == 90 and "<3" not in out
+
+
+def test_settings_offer_the_file_formats(client):
+    got = client.get(URL + "frontend/settings").json()
+    assert got["filesTranslation"] is True and set(got["supportedFilesFormat"]) == {
+        ".txt", ".html", ".htm", ".docx", ".srt"}

@@ -126,7 +126,8 @@ class FileRoutes:
             return [Aligned(s) for s in sentences]
 
         try:
-            await asyncio.to_thread(translate_document, data, filename, record, source)
+            lang = None if source == "auto" else source
+            await asyncio.to_thread(translate_document, data, filename, record, lang)
             if source == "auto":
                 source = self.libre.detector.detect(" ".join(asked)[:2000])[0]
             self.libre._check_pair(source, target)
@@ -134,7 +135,7 @@ class FileRoutes:
                 return data
             done = await self._run(asked, source, target)
             return await asyncio.to_thread(translate_document, data, filename,
-                                           lambda _: done, source)
+                                           lambda _: done, lang)
         except DocumentError as e:
             raise bad(str(e)) from None
 

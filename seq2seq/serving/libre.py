@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 
 from seq2seq.config import DecodingConfig
 from seq2seq.serving.api import DecodingOptions, Server
-from seq2seq.serving.files import add_file_routes
+from seq2seq.serving.files import SUPPORTED, add_file_routes
 from seq2seq.serving.langid import LanguageDetector
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import libre_html
@@ -203,7 +203,7 @@ class LibreTranslate:
         target = next(c for c in [*source["targets"], source["code"]])
         keys = self.server.keys is not None
         return {"charLimit": self.server.cfg.max_text_chars, "apiKeys": keys, "keyRequired": keys,
-                "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                "suggestions": False, "filesTranslation": True, "supportedFilesFormat": SUPPORTED,
                 "language": {"source": {"code": source["code"], "name": source["name"]},
                              "target": {"code": target, "name": NAMES.get(target, target)}}}
 
