@@ -9,6 +9,7 @@ Items are :class:`seq2seq.documents.html.Item`-like: ``kind`` ("text", "open", "
 from __future__ import annotations
 
 import html
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,11 +61,13 @@ def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
     bounds = [0, *starts[1:], len(text)]
     out = [list(_trim(text, lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
     out = [u for u in out if u[0] < u[1]]
+    todo = sorted(ranges)
     while True:
-        for a, b in ranges:
-            cov = [k for k, (s, e) in enumerate(out) if s < b and e > a]
-            if len(cov) > 1 and not (a <= out[cov[0]][0] and b >= out[cov[-1]][1]):
-                out[cov[0]:cov[-1] + 1] = [[out[cov[0]][0], out[cov[-1]][1]]]
+        ends, begins = [u[1] for u in out], [u[0] for u in out]
+        for a, b in todo:
+            first, last = bisect_right(ends, a), bisect_left(begins, b) - 1
+            if last > first and not (a <= out[first][0] and b >= out[last][1]):
+                out[first:last + 1] = [[out[first][0], out[last][1]]]
                 break
         else:
             return out
@@ -76,48 +79,56 @@ class Run:
     def __init__(self, items, split):
         self.items = items
         self.pairs = match(items)
-        self.pos, parts = [], []
+        self.pos, parts, at = [], [], 0
         for it in items:
-            self.pos.append(sum(map(len, parts)))
+            self.pos.append(at)
             if it.kind == "text":
                 parts.append(it.text)
+                at += len(it.text)
         self.text = "".join(parts)
         ranges = {o: _trim(self.text, self.pos[o], self.pos[c]) for o, c in self.pairs.items()}
         self.units = units(self.text, split(self.text), [r for r in ranges.values() if r[0] < r[1]])
+        self._starts = [u[0] for u in self.units]
         self.sentences = [self.text[s:e] for s, e in self.units]
         self.atoms = self._atoms(ranges)
 
     def _unit_of(self, a: int, b: int) -> int | None:
-        for k, (s, e) in enumerate(self.units):
-            if s <= a and b <= e:
-                return k
-        return None
+        k = bisect_right(self._starts, a) - 1
+        return k if k >= 0 and b <= self.units[k][1] else None
 
     def _atoms(self, ranges) -> list[list]:
         """``[unit | None, item index, chunk]`` in page order: text cut at unit edges."""
         atoms: list[list] = []
+        edges = sorted(x for u in self.units for x in u)
         for k, it in enumerate(self.items):
             if it.kind != "text":
                 a, b = ranges.get(k, (0, 0))
                 inner = k in self.pairs and a < b
-                unit = self._unit_of(a, b) if inner else None
-                atoms.append([unit, k, None])
+                atoms.append([self._unit_of(a, b) if inner else None, k, None])
                 continue
             lo, hi = self.pos[k], self.pos[k] + len(it.text)
-            cuts = sorted({lo, hi, *(x for u in self.units for x in u if lo < x < hi)})
+            cuts = [lo, *edges[bisect_right(edges, lo):bisect_left(edges, hi)], hi]
             for x, y in zip(cuts, cuts[1:]):
-                atoms.append([self._unit_of(x, y), k, (x, y)])
+                if x < y:
+                    atoms.append([self._unit_of(x, y), k, (x, y)])
         by_item = {a[1]: a for a in atoms if a[2] is None}
         for o, c in self.pairs.items():  # a close goes with its open
             by_item[c][0] = by_item[o][0]
-        for u in range(len(self.units)):  # points among a unit's items belong to it
-            idx = [i for i, a in enumerate(atoms) if a[0] == u]
-            for a in atoms[idx[0]:idx[-1] + 1] if idx else []:
+        span: dict[int, list[int]] = {}
+        for i, a in enumerate(atoms):
+            if a[0] is not None:
+                span.setdefault(a[0], [i, i])[1] = i
+        for u, (first, last) in span.items():  # points among a unit's items belong to it
+            for a in atoms[first:last + 1]:
                 a[0] = u
         return atoms
 
     def render(self, translations: list[Aligned]) -> str:
         out, done = [], set()
+        self._members: dict[int, list[int]] = {}
+        for unit, k, _ in self.atoms:
+            if unit is not None:
+                self._members.setdefault(unit, []).append(k)
         for unit, k, chunk in self.atoms:
             it = self.items[k]
             if unit is None:
@@ -138,7 +149,7 @@ class Run:
     def _render_unit(self, unit: int, al: Aligned) -> str:
         s, e = self.units[unit]
         root = _Node(start=0, end=len(al.text))
-        stack, members = [root], {a[1] for a in self.atoms if a[0] == unit}
+        stack, members = [root], set(self._members[unit])
         closing: list[int] = []  # the close item of each open node on the stack
         for k in sorted(members):
             it = self.items[k]
