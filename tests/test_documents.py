@@ -85,6 +85,12 @@ def test_subtitles_keep_numbering_timing_and_line_count():
                            "Ein Kind schläft."]]
 
 
+def test_tags_around_a_whole_subtitle_stay_around_it():
+    out, fake = run(b"1\n00:00:01,000 --> 00:00:02,000\n<i>Ein Hund\nl\xc3\xa4uft.</i>\n", "a.srt")
+    assert fake.calls == [["Ein Hund läuft."]]
+    assert list(srt.parse(out.decode()))[0].content == "<i>EIN HUND\nLäUFT.</i>"
+
+
 def test_a_file_that_does_not_parse_as_subtitles_is_refused():
     with pytest.raises(DocumentError, match=r"^x\.srt: not a SubRip \(\.srt\) file"):
         run(b"1\nnot a time line\nHund\n", "x.srt")

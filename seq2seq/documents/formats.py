@@ -6,7 +6,8 @@ Each format gathers every sentence of the document first and makes one ``transla
 - ``.txt``: line by line (one output line per input line, blank lines kept), each line cut
   into sentences, the spaces between them kept.
 - ``.srt`` (the ``srt`` package): numbering and timing kept; a subtitle's lines are one text
-  (a sentence may run over a line break), its translation wrapped back onto as many lines.
+  (a sentence may run over a line break), its translation wrapped back onto as many lines;
+  tags around a whole subtitle (``<i>...</i>``) stay around it.
 - ``.docx`` (``python-docx``): every paragraph of the body, of tables (nested too), headers
   and footers; a paragraph's runs (bold, italic, a hyperlink's runs, ...) are carried to
   the target words by the alignment, like inline tags; styles and everything else kept.
@@ -15,6 +16,7 @@ Each format gathers every sentence of the document first and makes one ``transla
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
@@ -81,6 +83,10 @@ def wrap(text: str, lines: int) -> str:
     return "\n".join([*out, current])
 
 
+# A subtitle in italics (or bold, underlined, coloured) as a whole: its tags stay around it.
+WRAPPING_TAGS = re.compile(r"^((?:<[ibu]>|<font[^>]*>)+)(.*?)((?:</[ibu]>|</font>)+)$", re.S | re.I)
+
+
 def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
     import srt
 
@@ -91,9 +97,12 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
         raise DocumentError(f"{name}: not a SubRip (.srt) file: {str(e).splitlines()[0]}") from None
     if text.strip() and not subs:
         raise DocumentError(f"{name}: not a SubRip (.srt) file: no subtitle found")
-    joined = [" ".join(line.strip() for line in s.content.split("\n")) for s in subs]
-    for sub, done in zip(subs, translate_texts(joined, translate, split)):
-        sub.content = wrap(done, sub.content.count("\n") + 1)
+    wrapped = [WRAPPING_TAGS.match(s.content) for s in subs]
+    inner = [m.group(2) if m else s.content for m, s in zip(wrapped, subs)]
+    joined = [" ".join(line.strip() for line in text.split("\n")) for text in inner]
+    for sub, m, done in zip(subs, wrapped, translate_texts(joined, translate, split)):
+        text = wrap(done, sub.content.count("\n") + 1)
+        sub.content = m.group(1) + text + m.group(3) if m else text
     return srt.compose(subs, reindex=False).encode()
 
 
