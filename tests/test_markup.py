@@ -150,6 +150,13 @@ def test_a_malformed_page_keeps_every_tag_and_translates_its_text():
     assert Counter(TOKEN.findall(TAG.sub(" ", out))) == Counter(TOKEN.findall(" ".join(fake.calls[0])))
 
 
+def test_deep_nesting_is_no_problem():
+    page = "<p>Ein " + "<b>" * 5000 + "Hund" + "</b>" * 5000 + " läuft.</p>"
+    assert translate(page)[0] == page
+    out, _ = translate(page, reverse=True)
+    assert out == "<p>. läuft " + "<b>" * 5000 + "Hund" + "</b>" * 5000 + " Ein</p>"
+
+
 def test_points_keep_their_spacing():
     out, _ = translate("<p>Run <code>ls</code> now.<br>Next line.<br/> End<img src=x>.</p>")
     assert out == "<p>Run <code>ls</code> now.<br>Next line.<br/> End<img src=x>.</p>"

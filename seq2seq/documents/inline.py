@@ -175,27 +175,33 @@ class Run:
 
 def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) -> None:
     """``text[lo:hi]`` with ``children`` placed in target order, each inside its parent and
-    after its earlier siblings (clipped where the alignment overlaps them)."""
-    cursor = lo
-    for c in sorted(children, key=lambda n: n.start):
-        start = min(max(c.start, cursor), hi)
+    after its earlier siblings (clipped where the alignment overlaps them). A loop with its
+    own stack, not recursion: nesting as deep as a page has is fine."""
+    frames = [[sorted(children, key=lambda n: n.start), 0, lo, hi, ""]]  # kids, next, cursor, end, close
+    while frames:
+        frame = frames[-1]
+        kids, k, cursor, end, close = frame
+        if k == len(kids):
+            out += [html.escape(text[cursor:end], quote=False), close]
+            frames.pop()
+            continue
+        c = kids[k]
+        frame[1] += 1
+        start = min(max(c.start, cursor), end)
         if c.glue:  # back to the end of the word before ("free": and one space on)
             back = start
             while back > cursor and text[back - 1].isspace():
                 back -= 1
             start = back + (c.glue == "free" and back < start)
-        out.append(html.escape(text[cursor:start], quote=False))
-        out.append(c.open)
+        out += [html.escape(text[cursor:start], quote=False), c.open]
         if c.point:
-            if c.glue == "free" and start < hi and not text[start].isspace():
+            if c.glue == "free" and start < end and not text[start].isspace():
                 out.append(" ")
-            cursor = start
+            frame[2] = start
             continue
-        end = min(max(c.end, start), hi)
-        _emit(text, c.children, start, end, out)
-        out.append(c.close)
-        cursor = end
-    out.append(html.escape(text[cursor:hi], quote=False))
+        stop = min(max(c.end, start), end)
+        frame[2] = stop
+        frames.append([sorted(c.children, key=lambda n: n.start), 0, start, stop, c.close])
 
 
 def sentence_splitter(lang: str | None = None):
