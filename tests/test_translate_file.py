@@ -114,3 +114,21 @@ def test_settings_offer_the_file_formats(client):
     got = client.get(URL + "frontend/settings").json()
     assert got["filesTranslation"] is True and set(got["supportedFilesFormat"]) == {
         ".txt", ".html", ".htm", ".docx", ".srt"}
+
+
+def test_a_served_file_translation_round_trip_over_http(tmp_path):
+    """A real ``seq2seq-serve`` process: the answered URL is absolute and downloadable."""
+    import httpx
+
+    from seq2seq.serving.loadtest import server_process
+    subs = "1\n00:00:01,000 --> 00:00:02,000\nEin Hund läuft.\n".encode()
+    with server_process([DE_EN]) as base:
+        got = httpx.post(base + URL + "translate_file", data={"source": "de", "target": "en"},
+                         files={"file": ("film.srt", subs)}, timeout=60)
+        assert got.status_code == 200, got.text
+        url = got.json()["translatedFileUrl"]
+        assert url.startswith(base + URL + "download_file/")
+        down = httpx.get(url, timeout=60)
+        assert down.status_code == 200 and "00:00:01,000 --> 00:00:02,000" in down.text
+        again = httpx.get(url.replace("/download_file/", "/download_file/x"), timeout=60)
+        assert again.status_code == 404
