@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # torch loads only when a model runs: the CLI's errors come f
     from seq2seq.decoding.translator import TranslationResult, Translator
 
 SPACE = "\u2581"  # SentencePiece's word-start mark
+CHUNK = 512  # sentences per model call of sentence_translator (each batched within it)
 
 
 @dataclass
@@ -78,7 +79,11 @@ def sentence_translator(translator: Translator, **direction) -> SentenceTranslat
     """``translator`` (in ``direction``: ``target_lang``, ``source_lang``) as a
     :data:`SentenceTranslator`: all sentences in one call, attention on."""
     def translate(sentences: list[str]) -> list[Aligned]:
-        return [aligned(r) for r in translator.translate_full(sentences, True, **direction)]
+        out: list[Aligned] = []
+        for i in range(0, len(sentences), CHUNK):  # a chunk's attention held at a time
+            out += [aligned(r) for r in translator.translate_full(sentences[i:i + CHUNK], True,
+                                                                  **direction)]
+        return out
     return translate
 
 
