@@ -223,6 +223,10 @@ def test_cli_refuses_a_broken_document_in_one_line(tmp_path):
     assert code == 2 and err.strip() == ("seq2seq-translate: error: brief.docx: not a .docx file "
                                          "(not a zip archive)")
     assert not (tmp_path / "brief.en.docx").exists()
+    code, _, err = run_main(main, ["-m", str(DE_EN), "--input", str(bad), "--output-format", "jsonl"])
+    assert code == 2 and err.startswith("seq2seq-translate: error: --output-format jsonl: not for a document")
+    code, _, err = run_main(main, ["-m", str(DE_EN), "-o", str(tmp_path / "x.txt"), "Hund"])
+    assert code == 2 and err.startswith("seq2seq-translate: error: --output ")
 
 
 def test_cli_text_input_stays_line_by_line(tmp_path, one_thread):

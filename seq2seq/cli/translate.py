@@ -307,6 +307,11 @@ def _translate_document(args, decoding: DecodingConfig) -> None:
 
     if args.text:
         raise ValueError("give sentences as arguments or --input, not both")
+    for flag, used in (("--output-format jsonl", args.output_format != "text"),
+                       ("--plot-attention", args.plot_attention), ("--warn-below", args.warn_below)):
+        if used:
+            raise ValueError(f"{flag}: not for a document (--input {args.input}); a document "
+                             "comes back as a document")
     documents.plan_output(args.input, args.output, args.target_lang, True)  # before the model loads
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
