@@ -122,12 +122,20 @@ def test_ninety_inline_tags_make_one_sentence():
 def test_script_style_code_pre_and_translate_no_are_untouched():
     keep = ['<script>if (a < b && c) { x("<p>Hund</p>"); }</script>', "<style>p > b { x: 1 }</style>",
             "<code>ls -l <b>Hund</b></code>", "<pre>Ein  Hund\n läuft.</pre>",
-            '<span translate="no">Ein Hund</span>', '<b class="x notranslate">Hund</b>']
+            '<span translate="no">Ein Hund</span>', '<b class="x notranslate">Hund</b>',
+            "<svg><text>Hund</text></svg>"]
     page = "<p>Eine Katze " + " Katze ".join(keep) + " schläft.</p>"
     out, fake = translate(page, reverse=True)
     for raw in keep:
         assert raw in out
     assert all("Hund" not in s and "ls" not in s for s in fake.calls[0])
+
+
+def test_a_block_that_opts_out_is_kept_whole():
+    page = '<div translate="no"><p>Ein Hund.</p><div>Hund</div></div><p>Eine Katze.</p>'
+    out, fake = translate(page, reverse=True)
+    assert fake.calls == [["Eine Katze."]]
+    assert out == '<div translate="no"><p>Ein Hund.</p><div>Hund</div></div><p>. Katze Eine</p>'
 
 
 def test_an_element_around_whole_sentences_stays_around_their_translations():

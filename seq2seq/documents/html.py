@@ -13,7 +13,7 @@ untouched), properly nested by construction; text is escaped once on output.
 
 Never translated, kept byte for byte: attributes, comments (an unclosed ``<!--`` too),
 declarations, ``<script>``, ``<style>``, ``<code>``, ``<pre>``, ``<kbd>``, ``<samp>``,
-``<textarea>``, and any element with ``translate="no"`` or class ``notranslate`` (HTML's
+``<textarea>``, ``<svg>``, ``<math>``, ``<template>``, and any element with ``translate="no"`` or class ``notranslate`` (HTML's
 own opt-out). A lone ``<`` (``a < b``, ``<3``) is text.
 """
 
@@ -30,7 +30,7 @@ INLINE = frozenset(
     "noscript q s samp script small span strike strong style sub sup textarea time tt u var "
     "wbr".split())
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
-OPAQUE = frozenset("script style code pre kbd samp textarea".split())
+OPAQUE = frozenset("script style code pre kbd samp textarea svg math template".split())
 
 
 @dataclass
@@ -92,8 +92,8 @@ def parse(source: str) -> list[Item]:
             kind = "point" if tag in INLINE else "block"
         elif kind in ("open", "close") and tag not in INLINE:
             kind = "block"
-        items.append(Item(kind, raw, tag, text) if kind != "open" or start not in p.opaque_attrs
-                     else Item("opaque", raw, tag))
+        opted_out = kind in ("open", "block") and start in p.opaque_attrs and tag not in VOID
+        items.append(Item("opaque", raw, tag) if opted_out else Item(kind, raw, tag, text))
     return _fold_opaque(_fold_unclosed_comment(items))
 
 
