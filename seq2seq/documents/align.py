@@ -2,11 +2,14 @@
 as a word alignment so that markup (HTML tags, a document's formatting runs) can follow
 the words it covered into the translation.
 
-The rule: for each target piece, its cross-attention averaged over every decoder layer and
-head, argmax over the source pieces that are text (not the language tag, not ``</s>``);
-on the shipped models the mean over all layers aligned more words right than the last or
-the penultimate layer alone. A source range ``[a, b)`` then covers the
-smallest range of whole target words holding every target piece aligned into it.
+The rule: for each target piece, the last decoder layer's cross-attention averaged over
+its heads, argmax over the source pieces that are text (not the language tag, not
+``</s>``). A source range ``[a, b)`` then covers the smallest range of whole target words
+holding every target piece aligned into it. On the shipped De->En model, with one German
+noun or colour word per test_2016 sentence in ``<b>`` (377 sentences whose translation has
+its dictionary word), the bold landed on exactly that English word 335 times with the last
+layer, 176 with the mean over all layers (whose bold spans grew), 164 with the
+penultimate layer (``scripts/tag_alignment.py``).
 """
 
 from __future__ import annotations
@@ -55,12 +58,9 @@ def piece_spans(text: str, pieces: list[str]) -> list[tuple[int, int] | None]:
 def aligned(result: TranslationResult) -> Aligned:
     """A :class:`TranslationResult` translated with ``need_attention=True`` as an
     :class:`Aligned`; no links where there was nothing to translate."""
-    import torch
-
     if result.attention is None or not result.attention.decoder_cross:
         return Aligned(result.hyp)
-    layers = result.attention.decoder_cross  # per layer (1, H, L, S)
-    weights = torch.stack([w[0].float().mean(0) for w in layers]).mean(0)  # (L, S)
+    weights = result.attention.decoder_cross[-1][0].float().mean(0)  # (1, H, L, S) -> (L, S)
     src = piece_spans(result.src, result.src_pieces)
     tgt = piece_spans(result.hyp, result.tgt_pieces)
     text_cols = [j for j, s in enumerate(src) if s is not None and j < weights.shape[1]]
