@@ -22,6 +22,7 @@ LAYERS = {
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.plotting": 3, "seq2seq.averaging": 4,
     "seq2seq.decoding": 4, "seq2seq.training": 5, "seq2seq.export": 5, "seq2seq.hf_import": 5,
     "seq2seq.distill": 5,  # a teacher translates a corpus (decoding) into training data
+    "seq2seq.documents": 5,  # documents and HTML through a translator's alignment
     "seq2seq.serving": 6,
     "seq2seq.cli": 7,  # seq2seq-serve starts the server
     "seq2seq": 8,  # the package itself: the public API re-exported (lazily) at the top level

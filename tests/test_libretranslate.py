@@ -5,7 +5,6 @@ get exactly what ``seq2seq-translate`` gives for the same texts; ``auto``, ``/de
 
 from __future__ import annotations
 
-import html
 import json
 import urllib.error
 from pathlib import Path
@@ -17,14 +16,12 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the ser
 deep_translator = pytest.importorskip("deep_translator", reason="needs the serve extra")
 import httpx  # noqa: E402
 from helpers import run_main  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 from scripts.bench.load import server_process  # noqa: E402
 from seq2seq.cli.translate import main as translate_main  # noqa: E402
+from seq2seq.documents.html import Page, parse  # noqa: E402
+from seq2seq.documents.inline import sentence_splitter  # noqa: E402
 from seq2seq.serving.keys import ApiKeys, KeyRefused  # noqa: E402
-from seq2seq.serving.libre import has_words  # noqa: E402
-from seq2seq.serving.markup import split_html, text_runs, translate_html  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
@@ -131,16 +128,13 @@ def test_html_keeps_the_markup_and_translates_the_text(url):
                                               "format": "html"})
     assert got.status_code == 200, got.text
     out = got.json()["translatedText"]
-    markup = [raw for raw, text in split_html(page) if text is None]
-    assert [raw for raw, text in split_html(out) if text is None] == markup  # byte for byte
-    runs = text_runs(page)
-    assert "Fußball &" in runs  # the entity reached the model decoded
-    # each run's translation as plain text (the model's "&amp;" is "&"), escaped once in
-    # the page (text_runs decodes it again); a run without words (".") is kept as it is
-    want = [html.unescape(t) if has_words(r) else r
-            for r, t in zip(runs, seq2seq_translate(DE_EN, runs))]
-    assert text_runs(out) == [t for t in want if t.strip()]
-    assert "&amp;" in out.split("<!--")[0].split('">', 1)[1]
+    for raw in (it.raw for it in parse(page) if it.kind != "text"):
+        assert raw in out  # markup byte for byte
+    sentences = Page(page, sentence_splitter("de")).sentences
+    assert "Zwei Männer spielen Fußball & Tennis." in sentences  # decoded, tags gone: one text
+    whole = Page(out, lambda text: [(0, len(text))]).sentences  # the text of each block
+    assert whole == seq2seq_translate(DE_EN, sentences)
+    assert "&amp;amp;" not in out  # escaped once
 
 
 # ---------------------------------------------------------------- API keys
@@ -257,11 +251,3 @@ def test_libretranslate_requests_have_the_time_limit(monkeypatch):
     assert got.status_code == 503 and "limit of 0.2 s" in got.json()["error"]
 
 
-# ---------------------------------------------------------------- HTML, as a property
-@settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("<>/&;=\"' abp!-#x\n")), max_size=60))
-def test_html_split_covers_the_input_and_identity_keeps_it(source):
-    assert "".join(raw for raw, _ in split_html(source)) == source
-    same = translate_html(source, lambda runs: runs)
-    assert [raw for raw, t in split_html(same) if t is None] == [
-        raw for raw, t in split_html(source) if t is None]

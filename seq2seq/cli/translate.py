@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
+import seq2seq.documents as documents
 from seq2seq.cli.common import (
     Parser,
     add_direction_args,
@@ -110,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "same tokenizer and direction): a checkpoint file (.ckpt)")
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     add_direction_args(ap)
-    ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE")
+    ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE; a document "
+                    "(.html, .htm, .docx, .srt) is translated into a file of its kind")
+    ap.add_argument("--output", "-o", metavar="FILE", help="where a document goes (default: "
+                    "NAME.<target>.EXT beside the input; a .txt input with --output is a document)")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
                     help="jsonl: one JSON object a line: src, hyp, score (normalized, what "
                          "ranks hypotheses), confidence (0-1), flags (warnings: skipped, "
@@ -123,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "existing file is replaced only when it is such a plot")
     ap.add_argument("--force", action="store_true",
                     help="let --plot-attention replace an existing file that is not an "
-                         "attention plot (never the checkpoint or the input)")
+                         "attention plot, or a document's output replace an existing file "
+                         "(never the checkpoint or the input)")
     add_decoding_args(ap)
     return ap
 
@@ -266,6 +271,28 @@ def _warn_if_unsure(result, line: int, threshold: float | None) -> None:
         print(f"{PROG}: warning: line {line}: {FLAG_WORDS.get(flag, flag)}", file=sys.stderr)
 
 
+def _translate_document(args, decoding: DecodingConfig) -> None:
+    """``--input`` a document: translated into a file of its kind (seq2seq.documents)."""
+    from seq2seq.decoding.translator import Translator
+
+    if args.text:
+        raise ValueError("give sentences as arguments or --input, not both")
+    for flag, used in (("--output-format jsonl", args.output_format != "text"),
+                       ("--plot-attention", args.plot_attention), ("--warn-below", args.warn_below)):
+        if used:
+            raise ValueError(f"{flag}: not for a document (--input {args.input}); a document "
+                             "comes back as a document")
+    documents.plan_output(args.input, args.output, args.target_lang, True)  # before the model loads
+    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
+    translator.tag_for(**direction)
+    target = args.target_lang or translator.pair[1]
+    out = documents.plan_output(args.input, args.output, target, args.force)
+    documents.translate_file(args.input, out, documents.sentence_translator(translator, **direction),
+                             args.source_lang or translator.pair[0])
+    print(f"{PROG}: wrote {out}", file=sys.stderr)
+
+
 def run(args) -> None:
     from seq2seq.decoding.translator import (
         Translator,  # after argument errors: importing torch is slow
@@ -276,6 +303,11 @@ def run(args) -> None:
     check_device(args.device)
     if args.plot_attention:
         check_plot_file(args.plot_attention, [*args.checkpoint, args.input], args.force)
+    if documents.is_document(args.input, args.output):
+        return _translate_document(args, decoding)
+    if args.output:
+        raise ValueError(f"--output {args.output}: only for a document --input "
+                         f"({', '.join(documents.SUFFIXES)}); text goes to stdout")
     lines = _open_input(args)
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}

@@ -29,10 +29,11 @@ from fastapi.responses import RedirectResponse
 
 from seq2seq.config import DecodingConfig
 from seq2seq.serving.api import DecodingOptions, Server
+from seq2seq.serving.files import SUPPORTED, add_file_routes
 from seq2seq.serving.keys import MISSING, KeyRefused
 from seq2seq.serving.langid import LanguageDetector
 from seq2seq.serving.limits import bounded
-from seq2seq.serving.markup import text_runs, translate_html
+from seq2seq.serving.markup import libre_html
 from seq2seq.serving.models import ServedModel
 
 PREFIX = "/libretranslate"  # LibreTranslate's API, unless --api libretranslate puts it at /
@@ -117,7 +118,7 @@ class LibreTranslate:
         self.detector = LanguageDetector([src for src, _ in self.pairs])
         self.max_alternatives = min(server.cfg.max_beam, server.cfg.max_nbest) - 1
         self.at_root = server.cfg.api == "libretranslate"
-        self.file_formats: list[str] = []  # extensions /translate_file takes, once it is added
+        self.file_formats: list[str] = list(SUPPORTED)  # the extensions /translate_file takes
         origin = server.cfg.require_api_key_origin
         self.key_origin = re.compile(origin) if origin is not None else None
 
@@ -188,10 +189,7 @@ class LibreTranslate:
                                 alternatives: int) -> list[tuple[str, list[str]]]:
         if fmt == "text":
             return await self._translate(texts, source, target, alternatives)
-        runs = [text_runs(t) for t in texts]  # html: every text run of every text, one batch
-        flat = iter(await self._translate([r for rs in runs for r in rs], source, target, 0))
-        # the runs come back as plain text: translate_html escapes each once
-        return [(translate_html(t, lambda rs: [next(flat)[0] for _ in rs]), []) for t in texts]
+        return await libre_html(self, texts, source, target)
 
     async def translate(self, request: Request) -> dict:
         p = await params(request)
@@ -313,5 +311,6 @@ def add_routes(app: FastAPI, server: Server) -> LibreTranslate:
     add("/health", lambda: {"status": "ok"}, methods=["GET"], summary="Liveness")
     explorer = OURS + "/" if libre.at_root else "/"
     add("/", lambda: RedirectResponse(explorer), methods=["GET"], include_in_schema=False)
+    add_file_routes(router, libre)
     app.include_router(router)
     return libre

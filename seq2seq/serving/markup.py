@@ -1,90 +1,62 @@
-"""HTML in, HTML out: the text between tags is translated, the markup is kept byte for byte.
-
-The document is split with the standard library's ``html.parser`` (a real, forgiving HTML
-tokenizer, no regular expressions): every start tag, end tag, comment, declaration and
-the content of ``<script>``/``<style>`` is copied verbatim from the input; each run of
-text between two of them is unescaped (``&amp;`` -> ``&``), translated without its
-surrounding whitespace, and escaped again. A run that is only whitespace stays as it is.
-Attribute values are markup, not text: they are not translated.
-"""
+"""``format: "html"`` on the server: every sentence of every page of a request goes through
+the batcher (merged with other requests, within the server's work limits) with
+cross-attention, and each page is rebuilt by :mod:`seq2seq.documents.html` (inline tags
+carried by the alignment, markup kept byte for byte)."""
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable
-from html.parser import HTMLParser
+from functools import partial
+
+from fastapi import HTTPException
+
+from seq2seq.config import DecodingConfig
+from seq2seq.documents.align import Aligned, aligned
+from seq2seq.documents.html import Page
+from seq2seq.documents.inline import sentence_splitter
+from seq2seq.serving.api import Server, source_tokens, translate_texts
+from seq2seq.serving.limits import check_cost
+from seq2seq.serving.models import ServedModel
 
 
-class _Splitter(HTMLParser):
-    """Offsets where each parser event starts, and which events are text to translate."""
-
-    def __init__(self, source: str):
-        super().__init__(convert_charrefs=True)  # a text run arrives whole, entities decoded
-        self._line_starts = [0]
-        for i, c in enumerate(source):
-            if c == "\n":
-                self._line_starts.append(i + 1)
-        self.events: list[tuple[int, str | None]] = []  # (start offset, unescaped text | None)
-
-    def _mark(self, text: str | None = None) -> None:
-        line, col = self.getpos()
-        self.events.append((self._line_starts[line - 1] + col, text))
-
-    def handle_data(self, data: str) -> None:
-        raw = self.cdata_elem is not None  # inside <script> or <style>: code, not prose
-        self._mark(None if raw else data)
-
-    def handle_starttag(self, tag, attrs) -> None:
-        self._mark()
-
-    def handle_startendtag(self, tag, attrs) -> None:
-        self._mark()
-
-    def handle_endtag(self, tag) -> None:
-        self._mark()
-
-    def handle_comment(self, data) -> None:
-        self._mark()
-
-    def handle_decl(self, decl) -> None:
-        self._mark()
-
-    def handle_pi(self, data) -> None:
-        self._mark()
-
-    def unknown_decl(self, data) -> None:
-        self._mark()
+def _aligned_work(served: ServedModel, decoding: DecodingConfig, direction: dict,
+                  texts: list[str]) -> list[Aligned]:
+    return [aligned(r) for r in translate_texts(served, decoding, direction, texts, True)]
 
 
-def split_html(source: str) -> list[tuple[str, str | None]]:
-    """``[(raw slice, text or None)]`` covering ``source`` in order: ``text`` is the
-    unescaped content of a text run, ``None`` for markup (kept as the raw slice)."""
-    parser = _Splitter(source)
-    parser.feed(source)
-    parser.close()
-    events = parser.events
-    if not events or events[0][0] != 0:  # nothing parsed, or a prefix the parser skipped
-        events.insert(0, (0, None))
-    bounds = [start for start, _ in events] + [len(source)]
-    return [(source[bounds[i]:bounds[i + 1]], text) for i, (_, text) in enumerate(events)]
+async def run_aligned(server: Server, served: ServedModel, decoding: DecodingConfig,
+                      sentences: list[str], direction: dict) -> list[Aligned]:
+    """``sentences`` translated and aligned on the batcher. Bounded by work (each sentence,
+    and all of them together), not by their count: a page's sentences are not its texts."""
+    if not sentences:
+        return []
+    tokens = source_tokens(served, sentences, server.cfg)
+    costs = check_cost(tokens, decoding, served.translator.model.arch, server.cfg)
+    key = ("aligned", served.name, repr(decoding), tuple(sorted(direction.items())))
+    work = partial(_aligned_work, served, decoding, direction)
+    return await server.batcher.submit(key, sentences, costs, work)
 
 
-def text_runs(source: str) -> list[str]:
-    """The stripped, non-blank text runs of ``source`` that :func:`translate_html` translates."""
-    return [text.strip() for _, text in split_html(source) if text is not None and text.strip()]
+async def translate_pages(server: Server, served: ServedModel, decoding: DecodingConfig,
+                          pages: list[str], direction: dict, lang: str | None) -> list[str]:
+    """Each HTML page translated, all of their sentences in one submission."""
+    plans = [Page(p, sentence_splitter(lang)) for p in pages]
+    done = iter(await run_aligned(server, served, decoding,
+                                  [s for p in plans for s in p.sentences], direction))
+    return [p.render([next(done) for _ in p.sentences]) for p in plans]
 
 
-def translate_html(source: str, translate: Callable[[list[str]], list[str]]) -> str:
-    """``source`` with each text run replaced by its translation; ``translate`` gets every
-    run at once (one batch) and returns one string per run, in order."""
-    parts = split_html(source)
-    runs = text_runs(source)
-    translated = iter(translate(runs) if runs else [])
-    out = []
-    for raw, text in parts:
-        if text is None or not text.strip():
-            out.append(raw)
-            continue
-        lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()):]
-        out.append(lead + html.escape(next(translated), quote=False) + trail)
-    return "".join(out)
+async def libre_html(libre, texts: list[str], source: str, target: str) -> list[tuple[str, list]]:
+    """LibreTranslate's ``format: "html"``: ``(page, [])`` per text (no alternatives);
+    a request over the limits is a 400, as LibreTranslate's own."""
+    if source == target or not texts:
+        return [(t, []) for t in texts]
+    served = libre.pairs[(source, target)]
+    src, tgt = libre.asked[(source, target)]
+    direction = {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
+    try:
+        pages = await translate_pages(libre.server, served, libre._decoding(0), texts,
+                                      direction, source)
+    except HTTPException as e:
+        raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
+                            e.detail) from None
+    return [(p, []) for p in pages]

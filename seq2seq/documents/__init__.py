@@ -1,0 +1,113 @@
+"""Documents in, documents out: ``.txt``, ``.html``/``.htm``, ``.docx`` and ``.srt``
+translated a sentence at a time with their structure kept (lines, markup, formatting
+runs, subtitle timing). Used by ``seq2seq-translate --input FILE`` and the server's
+``/translate_file``; every format makes one ``translate`` call for all its sentences."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from seq2seq.documents.align import Aligned, SentenceTranslator, sentence_translator
+from seq2seq.documents.formats import (
+    DocumentError,
+    decode_text,
+    translate_docx,
+    translate_srt,
+    translate_txt,
+)
+from seq2seq.documents.html import translate_html
+from seq2seq.documents.inline import Splitter, sentence_splitter
+
+__all__ = ["Aligned", "DocumentError", "SUFFIXES", "SentenceTranslator", "output_path",
+           "sentence_translator", "translate_document", "translate_html"]
+
+SUFFIXES = (".txt", ".html", ".htm", ".docx", ".srt")
+NEEDS = {".docx": ("docx", "python-docx"), ".srt": ("srt", "srt")}
+
+
+def suffix(filename: str) -> str:
+    return os.path.splitext(filename)[1].lower()
+
+
+def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
+    return translate_html(decode_text(data, name), translate, split).encode()
+
+
+FORMATS = {".txt": translate_txt, ".html": _html, ".htm": _html, ".docx": translate_docx,
+           ".srt": translate_srt}
+
+
+def check_format(filename: str) -> str:
+    """The file's format by its extension; a one-line error for any other, or when the
+    library that reads it is missing."""
+    kind = suffix(filename)
+    if kind not in FORMATS:
+        raise DocumentError(f"{filename}: unsupported document type {kind or '(no extension)'!r}; "
+                            f"documents are {', '.join(SUFFIXES)}")
+    if kind in NEEDS:
+        module, package = NEEDS[kind]
+        try:
+            __import__(module)
+        except ImportError:
+            raise DocumentError(f"{filename}: {kind} documents need {package}: "
+                                "pip install 'seq2seq[documents]'") from None
+    return kind
+
+
+def translate_document(data: bytes, filename: str, translate: SentenceTranslator,
+                       lang: str | None = None, split: Splitter | None = None) -> bytes:
+    """``data``, a document named ``filename`` (its extension says its format), translated
+    by ``translate``; sentences cut by ``split`` (default: the segmenter in ``lang``)."""
+    kind = check_format(filename)
+    return FORMATS[kind](data, os.path.basename(filename), translate,
+                         split or sentence_splitter(lang))
+
+
+def output_path(path: str | os.PathLike, target: str | None) -> Path:
+    """Where ``seq2seq-translate --input name.docx`` writes: ``name.<target>.docx`` beside
+    it (``name.translated.docx`` when the model does not say its target language)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.{target or 'translated'}{p.suffix}")
+
+
+DOCUMENT_ONLY = (".html", ".htm", ".docx", ".srt")  # .txt stays line by line on stdout
+
+
+def is_document(path: str | None, output: str | None) -> bool:
+    """``--input FILE`` is translated as a document (written to a file): HTML, Word and
+    subtitles always, ``.txt`` when ``--output`` is given."""
+    return bool(path) and (suffix(path) in DOCUMENT_ONLY or (output is not None and suffix(path) == ".txt"))
+
+
+def plan_output(path: str, output: str | None, target: str | None, force: bool) -> Path:
+    """The file to write: ``--output`` or ``name.<target>.ext`` beside the input; an existing
+    file only with ``force``, never the input itself; a one-line error otherwise."""
+    from seq2seq.files import check_regular_file, kind_of
+
+    check_regular_file(path, "--input")
+    check_format(path)
+    out = Path(output) if output else output_path(path, target)
+    if output and suffix(output) != suffix(path):
+        raise DocumentError(f"--output {output}: must have the input's extension {suffix(path)}")
+    what = kind_of(out)
+    if what not in ("missing", None):
+        raise DocumentError(f"--output {out}: is {what}; give a file name")
+    if what is None and os.path.samefile(out, path):
+        raise DocumentError(f"--output {out}: is the input; choose another name")
+    if what is None and not force:
+        raise DocumentError(f"--output {out}: exists; add --force to replace it")
+    return out
+
+
+def translate_file(path: str, out: Path, translate: SentenceTranslator, lang: str | None) -> None:
+    """The document at ``path`` translated into ``out`` (written whole, then renamed: an
+    interrupted run leaves no half file)."""
+    data = Path(path).read_bytes()
+    done = translate_document(data, path, translate, lang)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(done)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)

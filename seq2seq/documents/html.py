@@ -1,0 +1,174 @@
+"""HTML in, HTML out, a sentence at a time across inline tags.
+
+The page is read with the standard library's ``html.parser`` (a forgiving HTML tokenizer)
+into events, each with its raw bytes. Block elements (``p``, ``div``, ``li``, ``td``,
+anything not inline) are boundaries, copied verbatim. Between two boundaries, text and
+inline elements (``b``, ``i``, ``a``, ``span``, ``em``, ``br``, ...) form one run: its text,
+entities decoded, is cut into sentences; each sentence goes to the model as plain text,
+and each inline element inside it is carried to the target words the model aligned with
+its words (:mod:`seq2seq.documents.align`). An element around whole sentences stays around
+their translations; one that crosses a sentence boundary mid-sentence joins those
+sentences into one unit. Tags are emitted from their raw source bytes (attributes
+untouched), properly nested by construction; text is escaped once on output.
+
+Never translated, kept byte for byte: attributes, comments (an unclosed ``<!--`` too),
+declarations, ``<script>``, ``<style>``, ``<code>``, ``<pre>``, ``<kbd>``, ``<samp>``,
+``<textarea>``, ``<svg>``, ``<math>``, ``<template>``, and any element with ``translate="no"`` or class ``notranslate`` (HTML's
+own opt-out). A lone ``<`` (``a < b``, ``<3``) is text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html.parser import HTMLParser
+
+from seq2seq.documents.align import Aligned, SentenceTranslator
+from seq2seq.documents.inline import Run, Splitter, sentence_splitter
+
+INLINE = frozenset(
+    "a abbr acronym b bdi bdo big br cite code data del dfn em font i img ins kbd label mark "
+    "noscript q s samp script small span strike strong style sub sup textarea time tt u var "
+    "wbr".split())
+VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+OPAQUE = frozenset("script style code pre kbd samp textarea svg math template".split())
+
+
+@dataclass
+class Item:
+    kind: str  # "text", "open", "close", "point" (kept as is, inside a run), "block"
+    raw: str
+    tag: str = ""
+    text: str = ""  # decoded text of a "text" item
+
+
+class _Events(HTMLParser):
+    def __init__(self, source: str):
+        super().__init__(convert_charrefs=True)
+        self._line_starts = [0] + [i + 1 for i, c in enumerate(source) if c == "\n"]
+        self.events: list[tuple[int, str, str, str]] = []  # (offset, kind, tag, text)
+        self.opaque_attrs: set[int] = set()  # offsets of start tags that opt out
+
+    def _add(self, kind: str, tag: str = "", text: str = "") -> None:
+        line, col = self.getpos()
+        self.events.append((self._line_starts[line - 1] + col, kind, tag, text))
+
+    def handle_data(self, data):
+        self._add("point" if self.cdata_elem is not None else "text", text=data)
+
+    def handle_starttag(self, tag, attrs):
+        values = dict(attrs)
+        if values.get("translate") == "no" or "notranslate" in (values.get("class") or "").split():
+            line, col = self.getpos()
+            self.opaque_attrs.add(self._line_starts[line - 1] + col)
+        self._add("void" if tag in VOID else "open", tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self._add("void", tag)
+
+    def handle_endtag(self, tag):
+        self._add("close", tag)
+
+    def handle_comment(self, data):
+        self._add("point")
+
+    handle_decl = handle_pi = unknown_decl = handle_comment
+
+
+def parse(source: str) -> list[Item]:
+    """The page as items covering it byte for byte, opaque elements folded into one."""
+    p = _Events(source)
+    p.feed(source)
+    p.close()
+    events = p.events
+    if not events or events[0][0] != 0:
+        events.insert(0, (0, "point", "", ""))
+    bounds = [e[0] for e in events] + [len(source)]
+    items = []
+    for k, (start, kind, tag, text) in enumerate(events):
+        raw = source[start:bounds[k + 1]]
+        if kind == "text" and len(raw) > 1 and raw[0] == "<" and (raw[1] in "!?/" or raw[1].isalpha()):
+            kind = "point"  # markup cut off at the end of the page (an unclosed <!--)
+        elif kind == "void":
+            kind = "point" if tag in INLINE else "block"
+        elif kind in ("open", "close") and tag not in INLINE:
+            kind = "block"
+        opted_out = kind in ("open", "block") and start in p.opaque_attrs and tag not in VOID
+        items.append(Item("opaque", raw, tag) if opted_out else Item(kind, raw, tag, text))
+    return _fold_opaque(_fold_unclosed_comment(items))
+
+
+def _fold_unclosed_comment(items: list[Item]) -> list[Item]:
+    """An ``<!--`` never closed runs to the end of the page: one item, never text."""
+    for k, it in enumerate(items):
+        if it.kind in ("text", "point") and it.raw.startswith("<"):
+            tail = "".join(x.raw for x in items[k:])
+            if tail.startswith("<!--") and "-->" not in tail:
+                return [*items[:k], Item("point", tail)]
+    return items
+
+
+def _fold_opaque(items: list[Item]) -> list[Item]:
+    """Each never-translated element (start tag to its end tag) as one item."""
+    out: list[Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        if it.kind == "opaque" or (it.kind in ("open", "block") and it.tag in OPAQUE
+                                   and not it.raw.startswith("</")):
+            depth, j = 0, k
+            while j < len(items):
+                depth += (items[j].tag == it.tag) * (1 if not items[j].raw.startswith("</") else -1)
+                if depth == 0:
+                    break
+                j += 1
+            raw = "".join(x.raw for x in items[k:j + 1])
+            out.append(Item("point" if it.tag in INLINE else "block", raw, it.tag))
+            k = j + 1
+        else:
+            out.append(it)
+            k += 1
+    return out
+
+
+def runs(items: list[Item]) -> list[str | list[Item]]:
+    """Raw markup between blocks, and the inline runs with text to translate."""
+    out: list[str | list[Item]] = []
+    current: list[Item] = []
+
+    def flush():
+        if any(it.kind == "text" and it.text.strip() for it in current):
+            out.append(list(current))
+        elif current:
+            out.append("".join(it.raw for it in current))
+        current.clear()
+
+    for it in items:
+        if it.kind == "block":
+            flush()
+            out.append(it.raw)
+        else:
+            current.append(it)
+    flush()
+    return out
+
+
+class Page:
+    """A page planned: ``sentences`` (all of its units, one batch), then :meth:`render`."""
+
+    def __init__(self, source: str, split: Splitter):
+        self.parts = [p if isinstance(p, str) else Run(p, split) for p in runs(parse(source))]
+        self.sentences = [s for p in self.parts if isinstance(p, Run) for s in p.sentences]
+
+    def render(self, translations: list[Aligned]) -> str:
+        done, out = iter(translations), []
+        for p in self.parts:
+            out.append(p if isinstance(p, str) else p.render([next(done) for _ in p.sentences]))
+        return "".join(out)
+
+
+def translate_html(source: str, translate: SentenceTranslator, split: Splitter | None = None,
+                   lang: str | None = None) -> str:
+    """``source`` translated: every sentence of the page in one ``translate`` call, cut by
+    ``split`` (default: the sentence segmenter in ``lang``)."""
+    page = Page(source, split or sentence_splitter(lang))
+    return page.render(translate(page.sentences) if page.sentences else [])

@@ -1,0 +1,211 @@
+"""One run of text with inline markup, translated a sentence at a time: which sentences
+are translation units, which elements are inside a unit (carried by the alignment) or
+around whole units (kept where they are), and the run rebuilt, properly nested.
+
+Items are :class:`seq2seq.documents.html.Item`-like: ``kind`` ("text", "open", "close",
+"point"), ``raw`` (bytes kept) and ``text`` (decoded text of a "text" item).
+"""
+
+from __future__ import annotations
+
+import html
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from seq2seq.documents.align import Aligned, project_point, project_range
+
+Splitter = Callable[[str], list[tuple[int, int]]]  # text -> sentence character spans
+
+
+@dataclass
+class _Node:
+    open: str = ""
+    close: str = ""
+    start: int = 0
+    end: int = 0
+    children: list = field(default_factory=list)
+    point: bool = False
+    glue: str = ""  # a point's spacing in the source: "left" (to the word before), "free"
+
+
+def match(items) -> dict[int, int]:
+    """Open item index -> its close's index; the rest of the tags are points. A close
+    pops the nearest open of its name; the opens it passes stay unmatched."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for k, it in enumerate(items):
+        if it.kind == "open":
+            stack.append(k)
+        elif it.kind == "close":
+            names = [items[o].tag for o in stack]
+            if it.tag in names:
+                at = len(names) - 1 - names[::-1].index(it.tag)
+                pairs[stack[at]] = k
+                del stack[at:]
+    return pairs
+
+
+def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
+    while lo < hi and text[lo].isspace():
+        lo += 1
+    while hi > lo and text[hi - 1].isspace():
+        hi -= 1
+    return lo, hi
+
+
+def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) -> list[list[int]]:
+    """Translation units: the sentences (every non-blank character in one), joined where an
+    element starts or ends inside one sentence and reaches into another."""
+    starts = sorted(s for s, e in spans if text[s:e].strip())
+    bounds = [0, *starts[1:], len(text)]
+    out = [list(_trim(text, lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+    out = [u for u in out if u[0] < u[1]]
+    todo = sorted(ranges)
+    while True:
+        ends, begins = [u[1] for u in out], [u[0] for u in out]
+        for a, b in todo:
+            first, last = bisect_right(ends, a), bisect_left(begins, b) - 1
+            if last > first and not (a <= out[first][0] and b >= out[last][1]):
+                out[first:last + 1] = [[out[first][0], out[last][1]]]
+                break
+        else:
+            return out
+
+
+class Run:
+    """A run planned: ``sentences`` to translate, then :meth:`render` with their translations."""
+
+    def __init__(self, items, split):
+        self.items = items
+        self.pairs = match(items)
+        self.pos, parts, at = [], [], 0
+        for it in items:
+            self.pos.append(at)
+            if it.kind == "text":
+                parts.append(it.text)
+                at += len(it.text)
+        self.text = "".join(parts)
+        ranges = {o: _trim(self.text, self.pos[o], self.pos[c]) for o, c in self.pairs.items()}
+        self.units = units(self.text, split(self.text), [r for r in ranges.values() if r[0] < r[1]])
+        self._starts = [u[0] for u in self.units]
+        self.sentences = [self.text[s:e] for s, e in self.units]
+        self.atoms = self._atoms(ranges)
+
+    def _unit_of(self, a: int, b: int) -> int | None:
+        k = bisect_right(self._starts, a) - 1
+        return k if k >= 0 and b <= self.units[k][1] else None
+
+    def _atoms(self, ranges) -> list[list]:
+        """``[unit | None, item index, chunk]`` in page order: text cut at unit edges."""
+        atoms: list[list] = []
+        edges = sorted(x for u in self.units for x in u)
+        for k, it in enumerate(self.items):
+            if it.kind != "text":
+                a, b = ranges.get(k, (0, 0))
+                inner = k in self.pairs and a < b
+                atoms.append([self._unit_of(a, b) if inner else None, k, None])
+                continue
+            lo, hi = self.pos[k], self.pos[k] + len(it.text)
+            cuts = [lo, *edges[bisect_right(edges, lo):bisect_left(edges, hi)], hi]
+            for x, y in zip(cuts, cuts[1:]):
+                if x < y:
+                    atoms.append([self._unit_of(x, y), k, (x, y)])
+        by_item = {a[1]: a for a in atoms if a[2] is None}
+        for o, c in self.pairs.items():  # a close goes with its open
+            by_item[c][0] = by_item[o][0]
+        span: dict[int, list[int]] = {}
+        for i, a in enumerate(atoms):
+            if a[0] is not None:
+                span.setdefault(a[0], [i, i])[1] = i
+        for u, (first, last) in span.items():  # points among a unit's items belong to it
+            for a in atoms[first:last + 1]:
+                a[0] = u
+        return atoms
+
+    def render(self, translations: list[Aligned]) -> str:
+        out, done = [], set()
+        self._members: dict[int, list[int]] = {}
+        for unit, k, _ in self.atoms:
+            if unit is not None:
+                self._members.setdefault(unit, []).append(k)
+        for unit, k, chunk in self.atoms:
+            it = self.items[k]
+            if unit is None:
+                whole = chunk is None or chunk == (self.pos[k], self.pos[k] + len(it.text))
+                out.append(it.raw if whole else html.escape(self.text[chunk[0]:chunk[1]], quote=False))
+            elif unit not in done:
+                done.add(unit)
+                out.append(self._render_unit(unit, translations[unit]))
+        return "".join(out)
+
+    def _glue(self, x: int) -> str:
+        """How a point at ``x`` sits between words: ``Hund<br> Katze`` is "left", ``Run
+        <code>ls</code> now`` "free", ``a<br>b`` and ``Hund <br>Katze`` "" (the next word)."""
+        before = x == 0 or self.text[x - 1].isspace()
+        after = x == len(self.text) or self.text[x].isspace()
+        return "free" if before and after else "left" if after else ""
+
+    def _render_unit(self, unit: int, al: Aligned) -> str:
+        s, e = self.units[unit]
+        root = _Node(start=0, end=len(al.text))
+        stack, members = [root], set(self._members[unit])
+        closing: list[int] = []  # the close item of each open node on the stack
+        for k in sorted(members):
+            it = self.items[k]
+            if k in self.pairs and self.pairs[k] in members:
+                a, b = _trim(self.text, self.pos[k], self.pos[self.pairs[k]])
+                got = project_range(al, a - s, b - s)
+                at = project_point(al, a - s, e - s)
+                node = _Node(it.raw, self.items[self.pairs[k]].raw, *(got or (at, at)))
+                stack[-1].children.append(node)
+                stack.append(node)
+                closing.append(self.pairs[k])
+            elif closing and k == closing[-1]:
+                stack.pop()
+                closing.pop()
+            elif it.kind != "text":
+                x = min(max(self.pos[k] - s, 0), e - s)
+                stack[-1].children.append(_Node(it.raw, start=project_point(al, x, e - s),
+                                                point=True, glue=self._glue(s + x)))
+        out: list[str] = []
+        _emit(al.text, root.children, 0, len(al.text), out)
+        return "".join(out)
+
+
+def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) -> None:
+    """``text[lo:hi]`` with ``children`` placed in target order, each inside its parent and
+    after its earlier siblings (clipped where the alignment overlaps them). A loop with its
+    own stack, not recursion: nesting as deep as a page has is fine."""
+    frames = [[sorted(children, key=lambda n: n.start), 0, lo, hi, ""]]  # kids, next, cursor, end, close
+    while frames:
+        frame = frames[-1]
+        kids, k, cursor, end, close = frame
+        if k == len(kids):
+            out += [html.escape(text[cursor:end], quote=False), close]
+            frames.pop()
+            continue
+        c = kids[k]
+        frame[1] += 1
+        start = min(max(c.start, cursor), end)
+        if c.glue:  # back to the end of the word before ("free": and one space on)
+            back = start
+            while back > cursor and text[back - 1].isspace():
+                back -= 1
+            start = back + (c.glue == "free" and back < start)
+        out += [html.escape(text[cursor:start], quote=False), c.open]
+        if c.point:
+            if c.glue == "free" and start < end and not text[start].isspace():
+                out.append(" ")
+            frame[2] = start
+            continue
+        stop = min(max(c.end, start), end)
+        frame[2] = stop
+        frames.append([sorted(c.children, key=lambda n: n.start), 0, start, stop, c.close])
+
+
+def sentence_splitter(lang: str | None = None):
+    """``text -> sentence spans`` in ``lang`` (the one segmenter every entry point uses)."""
+    from seq2seq.text.segment import sentence_spans
+
+    return lambda text: sentence_spans(text, lang)
