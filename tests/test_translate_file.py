@@ -120,7 +120,7 @@ def test_a_served_file_translation_round_trip_over_http(tmp_path):
     """A real ``seq2seq-serve`` process: the answered URL is absolute and downloadable."""
     import httpx
 
-    from seq2seq.serving.loadtest import server_process
+    from scripts.bench.load import server_process
     subs = "1\n00:00:01,000 --> 00:00:02,000\nEin Hund läuft.\n".encode()
     with server_process([DE_EN]) as base:
         got = httpx.post(base + URL + "translate_file", data={"source": "de", "target": "en"},
