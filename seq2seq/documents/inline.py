@@ -9,6 +9,7 @@ Items are :class:`seq2seq.documents.html.Item`-like: ``kind`` ("text", "open", "
 from __future__ import annotations
 
 import html
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,6 +174,17 @@ class Run:
         return "".join(out)
 
 
+# The model's own output may hold character references: its training text does ("&amp;" is
+# in Multi30k's English side). Those are kept as they are, so "&amp;" is not escaped again.
+_BARE_AMP = re.compile(r"&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
+
+
+def escape_output(text: str) -> str:
+    """A translation as HTML text: ``<`` and ``>`` escaped, ``&`` unless it starts a
+    character reference."""
+    return _BARE_AMP.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) -> None:
     """``text[lo:hi]`` with ``children`` placed in target order, each inside its parent and
     after its earlier siblings (clipped where the alignment overlaps them). A loop with its
@@ -182,7 +194,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) ->
         frame = frames[-1]
         kids, k, cursor, end, close = frame
         if k == len(kids):
-            out += [html.escape(text[cursor:end], quote=False), close]
+            out += [escape_output(text[cursor:end]), close]
             frames.pop()
             continue
         c = kids[k]
@@ -193,7 +205,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) ->
             while back > cursor and text[back - 1].isspace():
                 back -= 1
             start = back + (c.glue == "free" and back < start)
-        out += [html.escape(text[cursor:start], quote=False), c.open]
+        out += [escape_output(text[cursor:start]), c.open]
         if c.point:
             if c.glue == "free" and start < end and not text[start].isspace():
                 out.append(" ")
