@@ -93,8 +93,12 @@ def _digit_cuts(text: str, span: tuple[int, int], lang: str) -> list[tuple[int, 
 
 
 def _line_sentences(text: str, start: int, end: int, lang: str) -> list[tuple[int, int]]:
+    try:  # sentencex encodes to UTF-8 inside: a lone surrogate cannot be, so no cut there
+        pieces = list(sentencex.segment(lang, text[start:end]))
+    except UnicodeEncodeError:
+        return [_strip(text, start, end)]
     spans, pos = [], start
-    for piece in sentencex.segment(lang, text[start:end]):
+    for piece in pieces:
         if text[pos:pos + len(piece)] != piece:  # never trust offsets we cannot check
             return [_strip(text, start, end)]
         span = _strip(text, pos, pos + len(piece))
