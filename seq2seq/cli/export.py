@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(ap)
     ap.add_argument("--to", required=True, choices=FORMATS, help="target format")
-    ap.add_argument("-o", "--output", required=True, help="output folder (created); for --to argos the .argosmodel file")
+    ap.add_argument("-o", "--output", required=True,
+                    help="output folder (created); for --to argos the .argosmodel file")
     ap.add_argument("--quantization", choices=OFFERED_QUANTIZATIONS,
                     help="ctranslate2 (and argos) weight type (default float32)")
     ap.add_argument("--force", action="store_true",
@@ -47,7 +48,8 @@ def run(args: argparse.Namespace) -> None:
     if args.quantization and args.to not in ("ctranslate2", "argos"):
         raise ValueError("--quantization is only supported with --to ctranslate2 or argos")
     if not args.output.strip():  # Path("") is ".": the working directory, never meant
-        what = "file name; give the .argosmodel file" if args.to == "argos" else "folder name; give the folder"
+        what = ("file name; give the .argosmodel file" if args.to == "argos"
+                else "folder name; give the folder")
         raise ValueError(f"--output: empty {what} to create")
     try:
         from seq2seq.export import export
