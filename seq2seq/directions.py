@@ -25,6 +25,17 @@ TAG_POSITIONS: tuple[str, ...] = ("source", "decoder")
 _LANG = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]{2,4})?$")  # ISO 639 code, optional script/region
 
 
+# ISO 639-1 -> English name: LibreTranslate's /languages and an Argos package's metadata
+# (other codes are shown as they are)
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
+    "en": "English", "es": "Spanish", "fi": "Finnish", "fr": "French", "hi": "Hindi",
+    "hu": "Hungarian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
+    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish",
+    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}
+
+
 class DirectionError(ValueError):
     """An unknown, malformed or missing direction (the message names what the model has)."""
 

@@ -7,6 +7,9 @@
   ``--to hf`` picks the one that holds the model.
 * :mod:`seq2seq.export.ctranslate2`: a CTranslate2 model folder (``to_ctranslate2``,
   optionally quantized).
+* :mod:`seq2seq.export.argos`: an Argos Translate package (``to_argos``, a ``.argosmodel``
+  file: the CTranslate2 folder, the joint SentencePiece model, a blank spaCy pipeline),
+  which LibreTranslate serves.
 * :mod:`seq2seq.export.common`: loading, the output folder, vocabularies.
 
 Both targets compute exactly our network (same logits up to float rounding), so their
@@ -19,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-FORMATS = ("ctranslate2", "hf", "hf-marian", "hf-pegasus")
+FORMATS = ("ctranslate2", "argos", "hf", "hf-marian", "hf-pegasus")
 
 
 def export(
@@ -30,7 +33,8 @@ def export(
     overwrite: bool = False,
 ) -> Path:
     """Export checkpoint ``ckpt_path`` to ``to`` (one of :data:`FORMATS`; ``"hf"``: Marian
-    for a Post-LN model, Pegasus for a Pre-LN one)."""
+    for a Post-LN model, Pegasus for a Pre-LN one; ``"argos"``: ``output_dir`` is the
+    ``.argosmodel`` file)."""
     if to not in FORMATS:
         raise ValueError(f"export format {to!r} is not one of {list(FORMATS)}")
     if to.startswith("hf"):
@@ -43,6 +47,10 @@ def export(
             to = hf_format(ckpt_path)
         save = export_hf_pegasus if to == "hf-pegasus" else export_hf_marian
         return save(ckpt_path, output_dir, overwrite=overwrite)
+    if to == "argos":
+        from seq2seq.export.argos import to_argos
+
+        return to_argos(ckpt_path, output_dir, quantization, overwrite=overwrite)
     from seq2seq.export.ctranslate2 import to_ctranslate2
 
     return to_ctranslate2(ckpt_path, output_dir, quantization, overwrite=overwrite)

@@ -28,6 +28,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse
 
 from seq2seq.config import DecodingConfig
+from seq2seq.directions import LANGUAGE_NAMES
 from seq2seq.serving.api import DecodingOptions, Server
 from seq2seq.serving.files import SUPPORTED, add_file_routes
 from seq2seq.serving.keys import MISSING, KeyRefused
@@ -39,13 +40,7 @@ from seq2seq.serving.models import ServedModel
 PREFIX = "/libretranslate"  # LibreTranslate's API, unless --api libretranslate puts it at /
 OURS = "/seq2seq"  # our API and the explorer, with --api libretranslate
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits before translating
-NAMES = {  # ISO 639-1 -> English name, for /languages (other codes are listed by code)
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
-    "en": "English", "es": "Spanish", "fi": "Finnish", "fr": "French", "hi": "Hindi",
-    "hu": "Hungarian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
-    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish",
-    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
+NAMES = LANGUAGE_NAMES  # for /languages (other codes are listed by code)
 
 
 def bad(message: str) -> HTTPException:
