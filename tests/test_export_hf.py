@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -247,3 +248,19 @@ def test_pipeline_translation_on_exported_folder(hf, shipped):
     beam = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=4, stopping="heuristic",
                           length_penalty="average", max_len_a=0.0, max_len_b=200)
     assert theirs == Translator.from_checkpoint(path, beam).translate(texts)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=oct)
+def test_exported_files_follow_the_umask(umask, hf, tokenizers, tmp_path):  # noqa: F811
+    """Every file of the folder, the weights too (safetensors writes a 0o600 temporary
+    file), has the mode ``open()`` gives under the umask: 0o666 less it."""
+    ckpt = tmp_path / "m.ckpt"
+    write_checkpoint(ckpt, tiny(norm_position="pre"), tokenizers)
+    old = os.umask(umask)
+    try:
+        out = export(ckpt, "hf", tmp_path / "hf")
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
+    assert "model.safetensors" in modes
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask)), modes
