@@ -607,14 +607,17 @@ def test_cli_force_never_deletes_the_checkpoint_or_other_files(to, tokenizers, t
     assert f"not a {to} export file" in line and "replaces it" not in line
 
 
-@pytest.mark.parametrize("to, package", [("ctranslate2", "ctranslate2"), ("hf-marian", "transformers")])
-def test_missing_package_cli_error_and_test_skip(to, package, tokenizers, tmp_path, capsys,
-                                                 monkeypatch):
+@pytest.mark.parametrize("to, package, extra", [("ctranslate2", "ctranslate2", "ctranslate2"),
+                                                ("hf-marian", "transformers", "hf")])
+def test_missing_package_cli_error_and_test_skip(to, package, extra, tokenizers, tmp_path,
+                                                 capsys, monkeypatch):
+    from seq2seq.extras import install_hint
+
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, tiny(), tokenizers)
     hide(monkeypatch, package)
     line = run_cli_error(capsys, "-m", str(ckpt), "--to", to, "-o", str(tmp_path / "out"))
-    assert f"{package} is needed for --to {to}" in line
+    assert f"{package} is needed for --to {to} ({install_hint(extra)})" in line
     assert not (tmp_path / "out").exists()
     with pytest.raises(pytest.skip.Exception):  # the group's fixture skips, not fails
         needs(package)
