@@ -54,10 +54,11 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, corrupt or not ours (one-line message)."""
 
 
-def _umask() -> int:
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (``mkstemp`` gives 0o600)."""
     mask = os.umask(0)  # the only way to read it is to set it
     os.umask(mask)
-    return mask
+    return 0o666 & ~mask
 
 
 def _alive(pid: int) -> bool:
@@ -98,7 +99,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it open()'s mode
+        os.chmod(tmp, new_file_mode())  # mkstemp makes it owner-only; give it open()'s mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -23,10 +23,16 @@ MODEL_SUFFIX = ".ckpt"
 
 
 def data_roots() -> list[Path]:
-    """The folders that may hold ``multi30k/`` and ``models/``, in the order they are tried."""
+    """The folders that may hold ``multi30k/`` and ``models/``, in the order they are tried,
+    each once (in a checkout, ``./data`` is the checkout's ``data/``)."""
     env = os.environ.get(ENV)
-    roots = [Path(env).expanduser()] if env else []
-    return roots + [CHECKOUT_DATA, Path.cwd() / "data"]
+    roots, seen = [], set()
+    for root in ([Path(env).expanduser()] if env else []) + [CHECKOUT_DATA, Path.cwd() / "data"]:
+        key = os.path.realpath(root)
+        if key not in seen:
+            seen.add(key)
+            roots.append(root)
+    return roots
 
 
 def _looked_in(places: list[Path]) -> str:

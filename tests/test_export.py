@@ -172,7 +172,7 @@ def test_hf_marian_generate_equals_our_greedy(hf, copy_model):
     n = 10
     with torch.no_grad():
         out = marian.generate(input_ids=src, attention_mask=src.ne(PAD_ID), num_beams=1,
-                              do_sample=False, max_new_tokens=n + 1)
+                              do_sample=False, max_new_tokens=n + 1, no_repeat_ngram_size=0)
     assert (out[:, 0] == BOS_ID).all()  # starts from our BOS
     theirs = [row[1:][: row[1:].index(EOS_ID)] if EOS_ID in row[1:] else row[1:]
               for row in out.tolist()]
@@ -188,7 +188,8 @@ def test_hf_marian_generate_random_model_forced_eos(hf):
     n = 8
     with torch.no_grad():
         out = to_hf_marian(model).generate(input_ids=src, attention_mask=src.ne(PAD_ID),
-                                           num_beams=1, do_sample=False, max_new_tokens=n + 1)
+                                           num_beams=1, do_sample=False, max_new_tokens=n + 1,
+                                           no_repeat_ngram_size=0)
     assert out[:, -1].tolist() == [EOS_ID] * 4
     assert out[:, 1:-1].tolist() == ours_greedy(model, src, n)
 
@@ -206,7 +207,7 @@ def test_hf_generate_beam_equals_our_heuristic_stopping(hf, copy_model):
         with torch.no_grad():
             out = marian.generate(input_ids=src, attention_mask=src.ne(PAD_ID), num_beams=4,
                                   do_sample=False, max_new_tokens=n + 1, length_penalty=1.0,
-                                  early_stopping=False)
+                                  early_stopping=False, no_repeat_ngram_size=0)
         theirs = [[t for t in row[1:] if t != PAD_ID] for row in out.tolist()]
         theirs = [row[: row.index(EOS_ID)] if EOS_ID in row else row for row in theirs]
         ours = ours_beam(copy_model, src, n, "heuristic")
@@ -607,14 +608,17 @@ def test_cli_force_never_deletes_the_checkpoint_or_other_files(to, tokenizers, t
     assert f"not a {to} export file" in line and "replaces it" not in line
 
 
-@pytest.mark.parametrize("to, package", [("ctranslate2", "ctranslate2"), ("hf-marian", "transformers")])
-def test_missing_package_cli_error_and_test_skip(to, package, tokenizers, tmp_path, capsys,
-                                                 monkeypatch):
+@pytest.mark.parametrize("to, package, extra", [("ctranslate2", "ctranslate2", "ctranslate2"),
+                                                ("hf-marian", "transformers", "hf")])
+def test_missing_package_cli_error_and_test_skip(to, package, extra, tokenizers, tmp_path,
+                                                 capsys, monkeypatch):
+    from seq2seq.extras import install_hint
+
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, tiny(), tokenizers)
     hide(monkeypatch, package)
     line = run_cli_error(capsys, "-m", str(ckpt), "--to", to, "-o", str(tmp_path / "out"))
-    assert f"{package} is needed for --to {to}" in line
+    assert f"{package} is needed for --to {to} ({install_hint(extra)})" in line
     assert not (tmp_path / "out").exists()
     with pytest.raises(pytest.skip.Exception):  # the group's fixture skips, not fails
         needs(package)

@@ -3,8 +3,10 @@ generation config doing our search; the shipped models checked end to end agains
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -86,7 +88,8 @@ def test_generate_defaults_run_to_our_length_cap(norm_position, arch, hf, tokeni
                                                  tmp_path):
     """``generate()`` without a length uses the written generation config: a random model
     (which never ends on its own) runs to our cap, max_positions - 1 tokens then EOS,
-    token for token as our greedy; not to HF's default of 20."""
+    token for token as our greedy; not to HF's default of 20. (The n-gram rule off: with it
+    a random model's loops end some rows early, in both.)"""
     model = tiny(norm_position=norm_position)
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt, model, tokenizers)
@@ -99,7 +102,7 @@ def test_generate_defaults_run_to_our_length_cap(norm_position, arch, hf, tokeni
     src, _ = padded_batch(model.arch)
     with torch.no_grad():
         generated = theirs_model.generate(input_ids=src, attention_mask=src.ne(PAD_ID),
-                                          num_beams=1)
+                                          num_beams=1, no_repeat_ngram_size=0)
     cap = model.arch.max_positions - 1
     assert generated.shape[1] == cap + 2 and (generated[:, -1] == EOS_ID).all()
     assert generated[:, 1:-1].tolist() == ours_greedy(model, src, cap)
@@ -114,6 +117,59 @@ def test_generation_config_beam_settings(hf):
     assert (default.num_beams, default.early_stopping, default.length_penalty) == (5, False, 1.0)
     with pytest.raises(ValueError, match=r"DecodingConfig\.length_penalty='gnmt'"):
         to_hf_pegasus(model, DecodingConfig(no_repeat_ngram_size=0, length_penalty="gnmt"))
+
+
+# What a DecodingConfig field changes to, to see whether the generation config follows it.
+VARIANTS = {
+    "method": "sample", "beam_size": 3, "nbest": 2, "length_penalty": "none", "alpha": 1.0,
+    "max_len_a": 2.0, "max_len_b": 20, "min_len": 2, "no_repeat_ngram_size": 3,
+    "stopping": "exact", "patience": 2.0, "temperature": 0.7, "top_k": 10, "top_p": 0.9,
+    "seed": 1, "max_tokens": 100, "split_sentences": False, "max_sentence_tokens": 50,
+    "skip_ratio": 0.3,
+}
+
+
+def test_every_decoding_field_is_exported_or_named_as_not_held_by_hf(hf):
+    """A new ``DecodingConfig`` field fails here until it is written into the generation
+    config (``HELD_BY_HF``) or named with a reason (``NOT_HELD_BY_HF``). Each held field,
+    changed, changes the GenerationConfig fields said to carry it (in beam search or
+    sampling); each field not held changes nothing."""
+    from seq2seq.export.hf import HELD_BY_HF, NOT_HELD_BY_HF, generation_config
+
+    fields = {f.name for f in dataclasses.fields(DecodingConfig)}
+    assert not set(HELD_BY_HF) & set(NOT_HELD_BY_HF)
+    assert fields == set(HELD_BY_HF) | set(NOT_HELD_BY_HF), \
+        f"place these DecodingConfig fields in HELD_BY_HF or NOT_HELD_BY_HF: " \
+        f"{sorted(fields - set(HELD_BY_HF) - set(NOT_HELD_BY_HF))}"
+    assert set(VARIANTS) == fields, sorted(fields ^ set(VARIANTS))
+    arch = tiny().arch
+    for base in (DecodingConfig(method="beam", nbest=1), DecodingConfig(method="sample")):
+        before = generation_config(arch, base).to_dict()
+        for name in fields:
+            changed = dataclasses.replace(base, **{name: VARIANTS[name]})
+            diff = {k for k, v in generation_config(arch, changed).to_dict().items()
+                    if before.get(k) != v}
+            if name in NOT_HELD_BY_HF:
+                assert not diff, (name, diff)
+            elif diff:
+                assert diff & set(HELD_BY_HF[name]), (name, diff)
+    for name, keys in HELD_BY_HF.items():  # each held field moves its keys from some base
+        moved = False
+        for base in (DecodingConfig(method="beam", nbest=1), DecodingConfig(method="sample")):
+            changed = dataclasses.replace(base, **{name: VARIANTS[name]})
+            a, b = generation_config(arch, base).to_dict(), generation_config(arch, changed).to_dict()
+            moved |= any(a.get(k) != b.get(k) for k in keys)
+        assert moved, f"{name}: changing it changes none of {keys}"
+
+
+def test_exported_generation_config_has_our_default_rules(hf, tokenizers, tmp_path):  # noqa: F811
+    ckpt = tmp_path / "m.ckpt"
+    write_checkpoint(ckpt, tiny(norm_position="pre"), tokenizers)
+    written = json.loads((export(ckpt, "hf", tmp_path / "hf") / "generation_config.json").read_text())
+    d = DecodingConfig()
+    assert written["no_repeat_ngram_size"] == d.no_repeat_ngram_size == 4
+    assert written.get("min_new_tokens", 0) == d.min_len
+    assert written.get("num_return_sequences", 1) == d.nbest
 
 
 def test_cli_to_hf_picks_the_architecture(hf, tokenizers, tmp_path, capsys):  # noqa: F811
@@ -191,7 +247,7 @@ def test_shipped_greedy_identical_on_test_set(shipped):
     only by the cap, must continue ours."""
     model, path, _, theirs, tok = shipped
     texts = test_sentences(path)
-    decoding = DecodingConfig(no_repeat_ngram_size=0)
+    decoding = DecodingConfig()  # the folder's rules: no repeated 4-gram
     hyps, ours = [], []
     for s in range(0, len(texts), 100):
         enc = hf_encode(tok, texts[s : s + 100])
@@ -221,7 +277,7 @@ def test_shipped_beam_identical_under_hf_stopping(shipped):
     model, path, folder, theirs, tok = shipped
     texts = test_sentences(path)[:BEAM_SENTENCES]
     n = 100
-    decoding = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=5, stopping="heuristic",
+    decoding = DecodingConfig(method="beam", beam_size=5, stopping="heuristic",
                               length_penalty="average", max_len_a=0.0, max_len_b=n)
     for s in range(0, len(texts), 50):
         enc = hf_encode(tok, texts[s : s + 50])
@@ -229,6 +285,41 @@ def test_shipped_beam_identical_under_hf_stopping(shipped):
             generated = theirs.generate(**enc, max_new_tokens=n + 1)
         ours = [h[0].tokens for h in search(model, enc.input_ids, decoding).hypotheses]
         assert strip(generated.tolist()) == ours
+
+
+# Out-of-domain text the shipped models loop on: the n-gram rule changes these outputs.
+OUT_OF_DOMAIN = {
+    "de": ["Die Geschwindigkeitsbegrenzung auf Autobahnen wird kontrovers diskutiert.",
+           "Ich habe morgen einen Termin beim Arzt.",
+           "Hund Katze Hund Katze Hund Katze Hund Katze.",
+           "Eins, zwei, drei, vier, fünf, sechs, sieben, acht."],
+    "en": ["Photosynthesis converts carbon dioxide into sugar.",
+           "The the the the the the the.",
+           "Cryptocurrency exchanges reported unprecedented volatility yesterday.",
+           "Dog cat dog cat dog cat dog cat."],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_shipped_out_of_domain_generate_equals_ours_with_the_ngram_rule(beam_size, shipped):
+    """The folder's rules (no repeated 4-gram, beam 5 with HF's stopping) are ours: HF
+    ``generate()`` equals our default search on text the models loop on, where the rule
+    changes our outputs (both given the same fixed length limit)."""
+    model, path, _, theirs, tok = shipped
+    texts, n = OUT_OF_DOMAIN[path.name.split("_")[1]], 60
+    enc = hf_encode(tok, texts)
+    with torch.no_grad():
+        generated = theirs.generate(**enc, num_beams=beam_size, max_new_tokens=n + 1)
+    method = "beam" if beam_size > 1 else "greedy"
+    decoding = DecodingConfig(method=method, max_len_a=0.0, max_len_b=n)
+
+    def ours(d: DecodingConfig) -> list[list[int]]:
+        return [h[0].tokens for h in search(model, enc.input_ids, d).hypotheses]
+
+    with_rule = ours(decoding)
+    assert strip(generated.tolist()) == with_rule
+    assert with_rule != ours(dataclasses.replace(decoding, no_repeat_ngram_size=0))
 
 
 def test_pipeline_translation_on_exported_folder(hf, shipped):
@@ -244,6 +335,22 @@ def test_pipeline_translation_on_exported_folder(hf, shipped):
     texts = test_sentences(path)[:20]
     theirs = [r["translation_text"] for r in translate(texts)]
     # HF's length limit is one per call, not our 1.2 * |src| + 10: ours gets a loose one too
-    beam = DecodingConfig(no_repeat_ngram_size=0, method="beam", beam_size=4, stopping="heuristic",
+    beam = DecodingConfig(method="beam", beam_size=4, stopping="heuristic",
                           length_penalty="average", max_len_a=0.0, max_len_b=200)
     assert theirs == Translator.from_checkpoint(path, beam).translate(texts)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=oct)
+def test_exported_files_follow_the_umask(umask, hf, tokenizers, tmp_path):  # noqa: F811
+    """Every file of the folder, the weights too (safetensors writes a 0o600 temporary
+    file), has the mode ``open()`` gives under the umask: 0o666 less it."""
+    ckpt = tmp_path / "m.ckpt"
+    write_checkpoint(ckpt, tiny(norm_position="pre"), tokenizers)
+    old = os.umask(umask)
+    try:
+        out = export(ckpt, "hf", tmp_path / "hf")
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
+    assert "model.safetensors" in modes
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask)), modes

@@ -273,3 +273,19 @@ def test_import_seq2seq_is_cheap():
     code = "import sys, seq2seq; print(sorted(m for m in ('torch', 'lightning', 'datasets') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
+
+
+@pytest.mark.parametrize("env", [None, "checkout", "link"])
+def test_not_found_names_each_place_once(env, tmp_path, monkeypatch):
+    """In the checkout ``./data`` is the checkout's data/ (and $SEQ2SEQ_DATA may name it
+    too, or a link to it): the error lists that folder once."""
+    monkeypatch.chdir(ROOT)
+    if env is None:
+        monkeypatch.delenv(shipped.ENV, raising=False)
+    else:
+        (tmp_path / "link").symlink_to(ROOT / "data")
+        monkeypatch.setenv(shipped.ENV, str(ROOT / "data" if env == "checkout" else tmp_path / "link"))
+    code, _, err = run_main(translate_cli.main, ["-m", "no_such_model", "x"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    places = err.split("looked in ", 1)[1].split(" ($")[0].strip().split(", ")
+    assert len(places) == 1 and places[0].endswith("no_such_model.ckpt"), err

@@ -97,7 +97,7 @@ def other_origin():
 
 def test_a_page_from_another_origin_translates_in_chromium(root, other_origin):
     sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="needs playwright: pip install -e '.[serve]'")
+                                   reason="needs playwright: pip install -e '.[dev]'")
     if not CHROMIUM.exists():
         pytest.skip(f"needs the chromium browser at {CHROMIUM}: apt-get install -y chromium")
     with sync_api.sync_playwright() as p:

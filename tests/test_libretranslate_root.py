@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 import pytest
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
-libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the serve extra")
-deep_translator = pytest.importorskip("deep_translator", reason="needs the serve extra")
+libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the dev extra (the tests' clients)")
+deep_translator = pytest.importorskip("deep_translator", reason="needs the dev extra (the tests' clients)")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from test_libretranslate import DE_EN, EN_DE, ENGLISH, GERMAN, seq2seq_translate  # noqa: E402

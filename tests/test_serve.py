@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import socket
 import threading
 from pathlib import Path
@@ -108,6 +109,47 @@ def test_models_are_chosen_by_name(client, models):
     default = client.post("/translate", json={"texts": texts}).json()
     assert default["model"] == "multi30k_de_en_tiny"
     assert [r["hyp"] for r in default["results"]] != [r["hyp"] for r in tiny["results"]]
+
+
+def documented_translate_example() -> tuple[dict, dict]:
+    """docs/serving.md's ``curl .../translate -d '...'`` request and the JSON block after it."""
+    page = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    curl = re.search(r"curl -s \S+/translate .*?-d '(\{.*?\})'", page, re.S)
+    assert curl, "docs/serving.md: no /translate request with a -d body"
+    answer = re.search(r"```json\n(.*?)\n```", page[curl.end():], re.S)
+    assert answer, "docs/serving.md: no ```json answer after the /translate request"
+    return json.loads(curl[1]), json.loads(answer[1])
+
+
+def assert_same_answer(documented, real, where: str = "") -> None:
+    """Every documented field, in the same shape; numbers to the documented digits."""
+    if isinstance(documented, dict):
+        assert set(documented) == set(real), (where, sorted(set(documented) ^ set(real)))
+        for key in documented:
+            assert_same_answer(documented[key], real[key], f"{where}.{key}")
+    elif isinstance(documented, list):
+        assert len(documented) == len(real), where
+        for i, (a, b) in enumerate(zip(documented, real)):
+            assert_same_answer(a, b, f"{where}[{i}]")
+    elif isinstance(documented, float):
+        assert real == pytest.approx(documented, abs=6e-4), (where, real)
+    else:
+        assert documented == real, (where, real)
+
+
+def test_documented_translate_answer_is_the_shipped_models(client):
+    """The request docs/serving.md shows, posted to the app serving the shipped De->En model
+    first (as ``seq2seq-serve -m data/models/multi30k_de_en_tiny.ckpt``), answers what the
+    page says: every field, scores to the digits shown; and the page says what each is."""
+    request, documented = documented_translate_example()
+    answer = client.post("/translate", json=request)
+    assert answer.status_code == 200, answer.text
+    assert_same_answer(documented, answer.json())
+    result = answer.json()["results"][0]
+    assert math.isclose(result["confidence"], math.exp(result["score"]), rel_tol=1e-9)  # average
+    page = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    for field in ("score", "log_prob", "confidence"):
+        assert f"- `{field}`:" in page, f"docs/serving.md does not say what {field} is"
 
 
 # ---------------------------------------------------------------- micro-batching

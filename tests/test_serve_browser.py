@@ -9,7 +9,7 @@ is cut off. Screenshots at a phone and a desktop width go to ``build/test-artifa
 (``SEQ2SEQ_TEST_ARTIFACTS`` to put them elsewhere).
 
 Skips, naming what is missing, without ``/usr/bin/chromium`` (``apt-get install -y
-chromium``) or the ``playwright`` package (``pip install -e '.[serve]'``); ``.ci/run``
+chromium``) or the ``playwright`` package (``pip install -e '.[dev]'``); ``.ci/run``
 installs both."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 sync_api = pytest.importorskip("playwright.sync_api",
-                               reason="needs playwright: pip install -e '.[serve]'")
+                               reason="needs playwright: pip install -e '.[dev]'")
 if not CHROMIUM.exists():
     pytest.skip(f"needs the chromium browser at {CHROMIUM}: apt-get install -y chromium",
                 allow_module_level=True)

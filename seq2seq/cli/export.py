@@ -25,6 +25,7 @@ import sys
 from seq2seq.cli.common import Parser, add_model_argument, run_command
 from seq2seq.export import FORMATS
 from seq2seq.export.ctranslate2 import OFFERED_QUANTIZATIONS
+from seq2seq.extras import install_hint
 
 PROG = "seq2seq-export"
 
@@ -57,10 +58,10 @@ def run(args: argparse.Namespace) -> None:
         out = export(args.checkpoint, args.to, args.output, args.quantization,
                      overwrite=args.force)
     except ImportError as e:
-        package, extra = {"ctranslate2": ("ctranslate2", "bench"),
-                          "argos": ("ctranslate2 and spacy", "argos")}.get(args.to, ("transformers", "hf"))
-        raise ValueError(f"{package} is needed for --to {args.to} "
-                         f"(pip install 'seq2seq[{extra}]'): {e}") from None
+        package, hint = {"ctranslate2": ("ctranslate2", install_hint("ctranslate2")),
+                         "argos": ("ctranslate2 and spacy", install_hint("argos"))}.get(
+            args.to, ("transformers", install_hint("hf")))
+        raise ValueError(f"{package} is needed for --to {args.to} ({hint}): {e}") from None
     print(f"exported {args.checkpoint} -> {out} ({args.to}"
           f"{', ' + args.quantization if args.quantization else ''})", file=sys.stderr)
 

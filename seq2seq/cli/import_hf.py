@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seq2seq.extras import install_hint
+
 
 def main(argv: list[str] | None = None) -> None:
     from seq2seq.cli.common import Parser
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
                              overwrite=args.force)
     except ImportError as e:
         print(f"seq2seq-import: error: transformers (and protobuf) are needed "
-              f"(pip install 'seq2seq[hf]'): {e}", file=sys.stderr)
+              f"({install_hint('hf')}): {e}", file=sys.stderr)
         sys.exit(2)
     except (ValueError, OSError) as e:
         print(f"seq2seq-import: error: {' '.join(str(e).split())}", file=sys.stderr)

@@ -24,6 +24,7 @@ import typing
 
 from seq2seq.cli.common import Parser, add_model_argument, check_device, run_command
 from seq2seq.config import ConfigError, ServeConfig
+from seq2seq.extras import install_hint
 
 PROG = "seq2seq-serve"
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> None:
         from seq2seq.serving import bind, create_app, load_models, serve
         from seq2seq.serving.server import url_of
     except ImportError as e:  # the serve extra is optional
-        raise ValueError(f"{e.name} is not installed: pip install 'seq2seq[serve]'") from None
+        raise ValueError(f"{e.name} is not installed: {install_hint('serve')}") from None
     check_device(args.device)
     sock = bind(cfg.host, cfg.port)  # a busy port fails before the models load
     if not _is_loopback(cfg.host) and cfg.api_keys is None:

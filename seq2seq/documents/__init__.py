@@ -18,6 +18,7 @@ from seq2seq.documents.formats import (
 )
 from seq2seq.documents.html import translate_html
 from seq2seq.documents.inline import Splitter, sentence_splitter
+from seq2seq.extras import install_hint
 
 __all__ = ["Aligned", "DocumentError", "SUFFIXES", "SentenceTranslator", "output_path",
            "sentence_translator", "translate_document", "translate_html"]
@@ -51,7 +52,7 @@ def check_format(filename: str) -> str:
             __import__(module)
         except ImportError:
             raise DocumentError(f"{filename}: {kind} documents need {package}: "
-                                "pip install 'seq2seq[documents]'") from None
+                                f"{install_hint('documents')}") from None
     return kind
 
 

@@ -12,12 +12,13 @@ network is exactly equivalent. Our fused ``w_kv`` (K rows, then V rows) is split
 
 The generation config mirrors our search (``seq2seq.decoding.rules``) as far as HF can
 express it: the decoder starts from our BOS, pad and BOS are never outputs
-(``suppress_tokens``), the last allowed step emits EOS (``forced_eos_token_id``), and the
+(``suppress_tokens``), the last allowed step emits EOS (``forced_eos_token_id``), the
+output rules (no repeated n-gram, min length) are the ``DecodingConfig``'s, and the
 length limit is our cap, ``max_positions - 1`` tokens before EOS: HF has no per-sentence
-``a * |src| + b``, so pass ``max_new_tokens`` to bound a call tighter. Beam settings are
+``a * |src| + b``, so pass ``max_new_tokens`` to bound a call tighter. :data:`HELD_BY_HF`
+and :data:`NOT_HELD_BY_HF` place every ``DecodingConfig`` field. Beam settings are
 the ``DecodingConfig``'s (by default :data:`EXPORT_DECODING`, our beam search, so
-``generate()`` and ``pipeline("translation")`` without arguments run
-``seq2seq-translate --beam 5``): ``num_beams``, ``length_penalty`` 1.0 for our ``average``
+``generate()`` without arguments runs ``seq2seq-translate --beam 5``): ``num_beams``, ``length_penalty`` 1.0 for our ``average``
 (log-prob / length) or 0.0 for ``none``, and ``early_stopping`` False for our
 ``heuristic`` stopping (the same rule) or ``"never"`` for ``exact``.
 """
@@ -102,11 +103,38 @@ def layout_problems(fmt: str, arch: ModelConfig) -> list[str]:
 EXPORT_DECODING = DecodingConfig(method="beam")  # what an exported generate() does by default
 _EARLY_STOPPING = {"heuristic": False, "exact": "never"}
 _LENGTH_PENALTY = {"average": 1.0, "none": 0.0}
+# Every DecodingConfig field is either written into the generation config (field -> the
+# GenerationConfig fields that carry it) or named here with why HF cannot hold it: a new
+# search option must be placed in one of the two (tests/test_export_hf.py checks it).
+HELD_BY_HF = {
+    "method": ("num_beams", "do_sample"),
+    "beam_size": ("num_beams",),
+    "nbest": ("num_return_sequences",),
+    "length_penalty": ("length_penalty",),  # gnmt refused: HF divides by length ** p
+    "min_len": ("min_new_tokens",),  # tokens before EOS, the start token not counted: ours
+    "no_repeat_ngram_size": ("no_repeat_ngram_size",),
+    "stopping": ("early_stopping",),  # patience refused: HF has no such rule
+    "temperature": ("temperature",),  # sampling only, as ours
+    "top_k": ("top_k",),
+    "top_p": ("top_p",),
+}
+NOT_HELD_BY_HF = {
+    "alpha": "the exponent of the gnmt length penalty, which HF has not (refused)",
+    "max_len_a": "HF has one length limit per call, not a * |src| + b: our cap is written "
+                 "(max_length); pass max_new_tokens for a tighter one",
+    "max_len_b": "as max_len_a",
+    "patience": "fairseq/CTranslate2's stopping rule, which HF has not (refused)",
+    "seed": "generate() samples from torch's global generator: seed it before the call",
+    "max_tokens": "how sentences are batched, which is the caller's in HF",
+    "split_sentences": "cutting texts into sentences happens before the model (Translator)",
+    "max_sentence_tokens": "as split_sentences: clause cuts before the model",
+    "skip_ratio": "flags outputs after the search; it changes none",
+}
 
 
 def generation_config(arch: ModelConfig, decoding: DecodingConfig | None = None):
-    """A ``GenerationConfig`` doing our search (module docstring); ValueError naming the
-    ``DecodingConfig`` field HF cannot express."""
+    """A ``GenerationConfig`` doing our search (module docstring; :data:`HELD_BY_HF`);
+    ValueError naming the ``DecodingConfig`` field HF cannot express."""
     from transformers import GenerationConfig
 
     d = decoding or EXPORT_DECODING
@@ -116,6 +144,10 @@ def generation_config(arch: ModelConfig, decoding: DecodingConfig | None = None)
     if d.stopping not in _EARLY_STOPPING:
         raise ValueError(f"DecodingConfig.stopping={d.stopping!r} has no HF equivalent; "
                          f"use one of {list(_EARLY_STOPPING)}")
+    # HF checks that sampling options go with do_sample: write them only there (ours
+    # ignores them in greedy and beam search too)
+    sampling = dict(temperature=d.temperature, top_k=d.top_k, top_p=d.top_p) \
+        if d.method == "sample" else {}
     return GenerationConfig(
         decoder_start_token_id=arch.bos_id,
         bos_token_id=arch.bos_id,
@@ -125,10 +157,14 @@ def generation_config(arch: ModelConfig, decoding: DecodingConfig | None = None)
         forced_eos_token_id=arch.eos_id,
         # the start token + at most max_positions - 1 tokens + EOS: our cap
         max_length=arch.max_positions + 1,
+        min_new_tokens=d.min_len,
+        no_repeat_ngram_size=d.no_repeat_ngram_size,
         num_beams=d.beam_size if d.method == "beam" else 1,
+        num_return_sequences=d.nbest if d.method != "greedy" else 1,
         length_penalty=_LENGTH_PENALTY[d.length_penalty],
         early_stopping=_EARLY_STOPPING[d.stopping],
-        do_sample=False,
+        do_sample=d.method == "sample",
+        **sampling,
     )
 
 

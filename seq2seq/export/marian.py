@@ -78,6 +78,16 @@ def export_hf_marian(ckpt: Any, out_dir: str | os.PathLike, overwrite: bool = Fa
     return save_hf("hf-marian", to_hf_marian, ckpt, out_dir, overwrite)
 
 
+def _follow_umask(out: Path) -> None:
+    """The weights as ``open()`` would have made them: safetensors writes through a
+    temporary file (mode 0o600) while every other file follows the umask."""
+    from seq2seq.checkpoint import new_file_mode
+
+    for p in out.iterdir():
+        if is_product(p.name) and p.is_file() and not p.is_symlink():
+            os.chmod(p, new_file_mode())
+
+
 def save_hf(fmt: str, convert, ckpt: Any, out_dir: str | os.PathLike, overwrite: bool) -> Path:
     """Convert (validating before the output folder is touched), then save model and tokenizer."""
     import transformers  # noqa: F401  (missing package: fail before reading anything)
@@ -87,6 +97,7 @@ def save_hf(fmt: str, convert, ckpt: Any, out_dir: str | os.PathLike, overwrite:
     hf_model = convert(model)
     out = prepare_dir(out_dir, overwrite, fmt, is_product, source_path(ckpt))
     hf_model.save_pretrained(out)
+    _follow_umask(out)
     if tokenizer_states(ck):
         write_tokenizer_files(out, model, ck)
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from seq2seq.extras import install_hint
+
 
 class LanguageDetector:
     def __init__(self, languages: Sequence[str]):
@@ -22,7 +24,7 @@ class LanguageDetector:
                 from py3langid import langid
             except ImportError as e:
                 raise ImportError(f"several source languages {self.languages} need a language "
-                                  "identifier: pip install 'seq2seq[serve]'", name=e.name) from None
+                                  f"identifier: {install_hint('serve')}", name=e.name) from None
             identifier = langid.LanguageIdentifier.from_model_file(langid.MODEL_FILE,
                                                                     norm_probs=True)
             # a code the model does not know ("?" from an old checkpoint) is never guessed
