@@ -162,6 +162,18 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load with ``weights_only=True`` and verify (:func:`check`); any failure becomes a
     one-line ``CheckpointError`` naming the file and what to do. ``path`` may also name a
     shipped model (``multi30k_de_en_tiny``: :func:`seq2seq.shipped.find_model`)."""
+    return _load_verified(path)[0]
+
+
+def load_model(path: str | os.PathLike) -> tuple[dict[str, Any], Seq2Seq]:
+    """:func:`load_checkpoint` and :func:`build_model` with one model built, not two: the
+    model the verification builds to compare weight shapes with receives the weights (a
+    second build costs ~1 s and the model's size again for a 60M-parameter model)."""
+    ckpt, reference = _load_verified(path)
+    return ckpt, build_model(ckpt, into=reference)
+
+
+def _load_verified(path: str | os.PathLike) -> tuple[dict[str, Any], Seq2Seq]:
     try:  # a shipped model's name works from any folder
         path = find_model(path)
     except FileNotFoundError as e:
@@ -180,8 +192,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
         raise CheckpointError(f"checkpoint {path}: cannot be read: {_read_error(e, path)}") \
             from None
-    check(ckpt, f"checkpoint {path}")
-    return ckpt
+    return ckpt, check(ckpt, f"checkpoint {path}")
 
 
 def is_checkpoint_file(path: str | os.PathLike) -> bool:
@@ -210,9 +221,10 @@ def _read_error(e: Exception, path: Path) -> str:
     return f"{lines[0] if lines else type(e).__name__} ({type(e).__name__})"
 
 
-def check(ckpt: Any, where: str = "checkpoint") -> None:
+def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
     """Refuse (``CheckpointError`` starting with ``where``) anything but an intact seq2seq
-    checkpoint: metadata, tokenizers, weights and (format 2) the checksum."""
+    checkpoint: metadata, tokenizers, weights and (format 2) the checksum. Returns the model
+    built to compare shapes with (the file's config, random weights)."""
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("seq2seq"), dict):
         kind = "a Lightning checkpoint of another model" if isinstance(ckpt, dict) and \
             "pytorch-lightning_version" in ckpt else "not a seq2seq checkpoint"
@@ -249,7 +261,7 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
             f"{where}: its contents do not match its checksum: the file was edited or "
             "damaged after it was written; use the original file (or re-save the edited "
             "model with seq2seq.checkpoint.save_model)")
-    check_weights(state, arch, where)
+    reference = check_weights(state, arch, where)
     if fmt == 1 and "checksum" not in meta:
         # Nothing in a format-1 file can tell an edit that changes no shape (n_heads, ...)
         # from the original: say so rather than vouch for it.
@@ -257,6 +269,7 @@ def check(ckpt: Any, where: str = "checkpoint") -> None:
                       "weight shape (e.g. n_heads) cannot be detected; if you trust the file, "
                       "seal it with `seq2seq-average -o NEW.ckpt FILE` (one input: a copy, "
                       "checksummed)", stacklevel=2)
+    return reference
 
 
 def config_of(meta: dict[str, Any], where: str = "checkpoint") -> ModelConfig:
@@ -352,13 +365,15 @@ def check_sizes(state: dict[str, torch.Tensor], arch: ModelConfig, where: str = 
                               "holds: an edited or damaged config")
 
 
-def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> None:
+def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> Seq2Seq:
     """Every model weight present, with the shape and kind ``arch`` needs (``state``: names to tensors; :func:`check_sizes` first, so that building ``arch``
-    costs no more memory than the weights themselves)."""
+    costs no more memory than the weights themselves). Returns the model built for the
+    comparison (random weights: :func:`build_model` can fill it)."""
     # Built on CPU, with the global RNG put back: the meta device would need no memory, but
     # its normal_ loads torch._dynamo (~800 modules, +76 MB resident in every command).
     with torch.random.fork_rng(devices=[]):
-        expected = Seq2Seq(arch).state_dict()
+        reference = Seq2Seq(arch)
+    expected = reference.state_dict()
     got = {k.removeprefix(PREFIX): v for k, v in state.items()}
     missing = [k for k in expected if k not in got and not (k in TIED and set(TIED) & set(got))]
     unexpected = [k for k in got if k not in expected]
@@ -373,6 +388,7 @@ def check_weights(state: Any, arch: ModelConfig, where: str = "checkpoint") -> N
         if value.is_floating_point() != want.is_floating_point():
             raise CheckpointError(f"{where}: weight {key} has dtype {value.dtype}, "
                                   f"expected {want.dtype}")
+    return reference
 
 
 def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
@@ -385,11 +401,13 @@ def model_state(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k[len(PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(PREFIX)}
 
 
-def build_model(ckpt: dict[str, Any], arch: ModelConfig | None = None) -> Seq2Seq:
+def build_model(ckpt: dict[str, Any], arch: ModelConfig | None = None,
+                into: Seq2Seq | None = None) -> Seq2Seq:
     """A ``Seq2Seq`` in eval mode with the checkpoint's config (or ``arch``, which must fit
-    its weights, e.g. with another dropout) and weights (fp32)."""
+    its weights, e.g. with another dropout) and weights (fp32). ``into``: a model of that
+    config no one else uses (what :func:`check` returns), filled instead of building one."""
     cfg = arch or from_dict(ModelConfig, ckpt["seq2seq"]["model_config"], "checkpoint model_config")
-    model = Seq2Seq(cfg)
+    model = into if into is not None and into.arch == cfg else Seq2Seq(cfg)
     state = {k: v.float() if v.is_floating_point() else v for k, v in model_state(ckpt).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied weights appear under one name only; anything else missing is a real error.

@@ -123,13 +123,15 @@ def fixed_threads() -> int | None:
     return None
 
 
-def choose_threads(sample_seconds: float = SAMPLE_SECONDS) -> ThreadChoice:
-    """The thread count for this process now (module docstring)."""
+def choose_threads(sample_seconds: float = SAMPLE_SECONDS,
+                   meter: BusyMeter | None = None) -> ThreadChoice:
+    """The thread count for this process now (module docstring). ``meter``: one started
+    earlier (the look spans what ran since, and waits only for the rest of ``sample_seconds``)."""
     cores = usable_cores()
     if (n := fixed_threads()) is not None:
         return ThreadChoice(n, cores, None, True)
-    meter = BusyMeter()
-    time.sleep(sample_seconds)
+    meter = meter or BusyMeter()
+    time.sleep(max(0.0, sample_seconds - (time.monotonic() - meter.t)))
     others = meter.read()
     return ThreadChoice(threads_for(cores, others), cores, others, False)
 
@@ -166,9 +168,10 @@ def start(log=None) -> ThreadChoice:
     work made it smaller than the usable cores, and let :func:`tick` follow the machine from
     now on. For the command-line tools."""
     global _GOVERNOR
+    meter = BusyMeter()  # the look at the machine spans torch's import (~1 s), no extra wait
     import torch
 
-    choice = choose_threads()
+    choice = choose_threads(meter=meter)
     torch.set_num_threads(choice.threads)
     if log is None and sys.stderr is not None and sys.stderr.isatty():
         log = sys.stderr

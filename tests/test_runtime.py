@@ -87,7 +87,7 @@ def test_start_applies_the_choice_and_says_why_once(monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.setattr(runtime, "_GOVERNOR", None)
     monkeypatch.setattr(runtime, "choose_threads",
-                        lambda: runtime.ThreadChoice(1, 2, 1.3, False))
+                        lambda **_: runtime.ThreadChoice(1, 2, 1.3, False))
     log = io.StringIO()
     try:
         assert runtime.start(log=log).threads == 1 and torch.get_num_threads() == 1
@@ -98,3 +98,17 @@ def test_start_applies_the_choice_and_says_why_once(monkeypatch):
     finally:
         torch.set_num_threads(before)
         monkeypatch.setattr(runtime, "_GOVERNOR", None)
+
+
+def test_a_look_started_earlier_waits_only_for_the_rest(monkeypatch):
+    """``start`` begins its look at the machine before torch's import, so the import's
+    second is the sample: no extra wait after it."""
+    monkeypatch.delenv("SEQ2SEQ_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    slept = []
+    monkeypatch.setattr(runtime.time, "sleep", slept.append)
+    meter = runtime.BusyMeter()
+    meter.t -= 1.0  # started a second ago (as before `import torch`)
+    runtime.choose_threads(sample_seconds=0.1, meter=meter)
+    runtime.choose_threads(sample_seconds=0.1)  # no earlier look: the whole sample
+    assert slept[0] == 0.0 and slept[1] == pytest.approx(0.1, abs=0.01)

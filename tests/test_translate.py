@@ -190,6 +190,23 @@ def test_tokenizer_mismatch_is_refused(checkpoint, tokenizers):
         Translator.from_checkpoint(bad)
 
 
+def test_the_model_is_built_once_and_is_the_checkpoints(checkpoint, monkeypatch):
+    """Loading builds one ``Seq2Seq`` (the verification's, filled with the weights), equal to
+    ``build_model`` of the loaded file: same weights, same translations."""
+    from seq2seq.checkpoint import build_model, load_checkpoint
+    from seq2seq.model import transformer
+
+    reference = build_model(load_checkpoint(checkpoint))
+    built, init = [], transformer.Seq2Seq.__init__
+    monkeypatch.setattr(transformer.Seq2Seq, "__init__",
+                        lambda self, arch: (built.append(arch), init(self, arch))[1])
+    t = translator(checkpoint)
+    assert len(built) == 1 and not t.model.training
+    assert t.model.state_dict().keys() == reference.state_dict().keys()
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in t.model.state_dict().items())
+    assert t.translate(SENTENCES) == Translator(reference, t.tokenizers, t.decoding).translate(SENTENCES)
+
+
 # ---------------------------------------------------------------- attention plot
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_attention_plot(checkpoint, tmp_path, method):
@@ -280,3 +297,18 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, checkpoint, problem):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("seq2seq-translate: error: ")
+
+
+def test_one_sentence_imports_nothing_it_does_not_use(checkpoint):
+    """A one-sentence translation loads torch, the model and its tokenizers; not the
+    training, data, plotting, scoring or serving stacks (each costs start-up time)."""
+    heavy = ["lightning", "pytorch_lightning", "datasets", "matplotlib", "sacrebleu", "fastapi",
+             "uvicorn", "pandas", "pyarrow", "transformers", "docx"]
+    code = ("import sys\nfrom seq2seq.cli.translate import main\n"
+            f"main(['-m', {str(checkpoint)!r}, '--max-len-b', '3', 'Ein Hund rennt.'])\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                            "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"

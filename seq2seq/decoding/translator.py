@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import seq2seq.runtime as runtime
-from seq2seq.checkpoint import build_model, load_checkpoint
+from seq2seq.checkpoint import load_model
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
@@ -108,10 +108,9 @@ class Translator:
                         device: str | torch.device = "cpu") -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
         bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
-        ckpt = load_checkpoint(path)
+        ckpt, model = load_model(path)  # the model is built once (verification's is reused)
         meta = ckpt["seq2seq"]
         tokenizers = TokenizerPair.from_state(meta["tokenizers"])
-        model = build_model(ckpt)
         for side, tok in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
             size = getattr(model.arch, f"{side}_vocab_size")
             if size != tok.vocab_size:
