@@ -1,14 +1,19 @@
-"""What a path given as an input file is, when it is not a regular file.
+"""What a path given as an input file is, when it is not a regular file; what an output
+path may replace.
 
 A directory, a FIFO or a device given where a file is read must be named as what it is
 ("data file not found" for a folder that exists misleads), and a FIFO must never be opened
-where the whole file is read at once: ``open`` blocks until a writer comes, forever.
+where the whole file is read at once: ``open`` blocks until a writer comes, forever. An
+output is written atomically (a temporary file renamed over the name), and a rename replaces
+whatever the name is: a device node, a pipe, or one of the command's own inputs, so
+:func:`check_output` says which names an output may take.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 _KINDS = (
@@ -42,6 +47,33 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> Path:
         raise FileNotFoundError(f"{what} not found: {path}")
     if kind is not None:
         raise ValueError(f"{what} {path}: is {kind}, not a regular file")
+    return Path(path)
+
+
+def check_output(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (),
+                 force: bool = False, what: str = "output") -> Path:
+    """``path`` if a command may write its output there, else a one-line ``ValueError``
+    naming ``what`` and the path. Free names are fine; an existing name only when it is a
+    regular file (never a folder, FIFO, device or socket, even with ``force``) that is none
+    of ``inputs`` (the same file by inode: a hard link or symlink to an input counts, even
+    with ``force``), and only with ``force``."""
+    kind = kind_of(path)
+    if kind == "missing":
+        return Path(path)
+    if kind is not None:
+        raise ValueError(f"{what} {path}: is {kind}; an output is only ever written to a regular "
+                         "file: give a file name")
+    for source in inputs:
+        try:
+            same = os.path.samefile(path, source)
+        except OSError:  # an input that is not there is not this file
+            same = False
+        if same:
+            also = "" if os.path.abspath(path) == os.path.abspath(source) else f" ({source})"
+            raise ValueError(f"{what} {path}: is one of this command's inputs{also}; writing it "
+                             "would destroy that input: choose another file name")
+    if not force:
+        raise ValueError(f"{what} {path}: exists; --force replaces it, or choose another name")
     return Path(path)
 
 
