@@ -94,9 +94,15 @@ def import_marian(source: str | os.PathLike, output: str | os.PathLike,
                   overwrite: bool = False) -> dict[str, Any]:
     """Convert ``source`` (folder or hub name) into our checkpoint ``output`` (written
     atomically; an existing file needs ``overwrite``). Returns the checkpoint dict."""
-    from seq2seq.checkpoint import load_checkpoint, save_model
+    from seq2seq.checkpoint import PREFIX, check, load_checkpoint, metadata, save_atomic, seal
     from seq2seq.hf_import.folder import load_weights
-    from seq2seq.hf_import.marian import hf_config, marian_model, model_config, to_seq2seq
+    from seq2seq.hf_import.marian import (
+        check_state,
+        hf_config,
+        marian_model,
+        model_config,
+        to_seq2seq,
+    )
     from seq2seq.hf_import.vocab import marian_tokenizers
 
     if not Path(source).is_dir():  # a hub name: before the download, and again after it
@@ -109,15 +115,32 @@ def import_marian(source: str | os.PathLike, output: str | os.PathLike,
     config = hf_config(checked.config, where)
     arch = model_config(config, where)
     state = load_weights(checked.weights_path)
-    specials = {"unk": _unk_id(checked), "eos": arch.eos_id, "pad": arch.pad_id,
-                "bos": arch.bos_id}
+    check_state(config, state, str(checked.weights_path))
+    specials = _specials(checked, arch, where)
     tokenizers = marian_tokenizers(folder, (arch.src_vocab_size, arch.tgt_vocab_size),
                                    specials, checked.separate_vocabs)
-    marian = marian_model(config, state, str(checked.weights_path))  # sizes checked, then allocated
+    marian = marian_model(config, state)  # only now is anything allocated
     model = to_seq2seq(marian)
     check_equal(marian, model)
-    save_model(output, model, tokenizers, src_lang, tgt_lang)
+    ckpt = seal({"seq2seq": metadata(arch, tokenizers, src_lang, tgt_lang),
+                 "state_dict": {PREFIX + k: v for k, v in model.state_dict().items()}})
+    check(ckpt, f"{folder}: the imported model")  # what every load checks, before writing
+    save_atomic(ckpt, output)
     return load_checkpoint(output)
+
+
+def _specials(folder: MarianFolder, arch, where: str) -> dict[str, int]:
+    """The special ids (``config.json``'s, and ``vocab.json``'s unknown token): the unknown
+    token and EOS each an id of their own (the decoder's start may be the pad)."""
+    specials = {"unk": _unk_id(folder), "eos": arch.eos_id, "pad": arch.pad_id, "bos": arch.bos_id}
+    fields = {"eos": "eos_token_id", "pad": "pad_token_id", "bos": "decoder_start_token_id"}
+    for role, field in fields.items():
+        if specials[role] == specials["unk"]:
+            raise ValueError(f"{where}: {field}={specials[role]} is the id of vocab.json's "
+                             "unknown token")
+        if role != "eos" and specials[role] == specials["eos"]:
+            raise ValueError(f"{where}: {field}={specials[role]} is also eos_token_id")
+    return specials
 
 
 def _unk_id(folder: MarianFolder) -> int:

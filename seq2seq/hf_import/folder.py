@@ -136,8 +136,7 @@ def check_folder(folder: Path) -> MarianFolder:
         raise ValueError(f"{folder}: no weights ({' or '.join(WEIGHTS)}, a regular file)")
     config = check_config(read_json(folder / "config.json"), str(folder / "config.json"))
     tokenizer_config = check_tokenizer_config(folder / "tokenizer_config.json")
-    if (folder / "generation_config.json").exists():
-        read_json(folder / "generation_config.json")
+    # generation_config.json is never read (nothing of it is imported)
     return MarianFolder(folder, config, tokenizer_config, weights)
 
 

@@ -115,11 +115,10 @@ def hf_config(fields: dict, where: str = "config.json"):
                          f"{' '.join(str(e).split())[:160]})") from None
 
 
-def marian_model(config, state: dict[str, Tensor], where: str):
-    """``MarianMTModel(config)`` holding ``state`` (names as HF saves them), eval mode.
-    Before any memory is allocated, the names and shapes of ``state`` (from the weights file
-    ``where``) must be those ``config`` needs: a one-line ``ValueError`` naming the tensor
-    and the config fields otherwise."""
+def check_state(config, state: dict[str, Tensor], where: str) -> None:
+    """The names and shapes of ``state`` (from the weights file ``where``) must be those
+    ``config`` needs (a ``MarianMTModel`` on the meta device: nothing allocated): a one-line
+    ``ValueError`` naming the tensor and the config fields otherwise."""
     from transformers import MarianMTModel
 
     for side, count in layer_counts(list(state)).items():
@@ -145,9 +144,15 @@ def marian_model(config, state: dict[str, Tensor], where: str):
     aliases: dict[int, list[str]] = {}  # tied parameters: one name of each group is enough
     for name, param in expected.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(param), []).append(name)
-    for name in [*aliases.values(), *([b] for b, _ in expected.named_buffers())]:
+    for name in [*aliases.values(), *([b] for b, _ in expected.named_buffers() if b in shapes)]:
         if not any(n in state for n in name) and "embed_positions" not in name[0]:
             raise ValueError(f"{where}: has no tensor {name[0]} (config.json: {sizes})")
+
+
+def marian_model(config, state: dict[str, Tensor]):
+    """``MarianMTModel(config)`` holding ``state`` (checked by :func:`check_state`), eval mode."""
+    from transformers import MarianMTModel
+
     marian = MarianMTModel(config)
     marian.load_state_dict({k: v for k, v in state.items() if "embed_positions" not in k},
                            strict=False)  # positions: the sinusoidal table, computed
