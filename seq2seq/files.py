@@ -77,6 +77,44 @@ def check_output(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLik
     return Path(path)
 
 
+# How much of a text input is looked at before anything runs, and how many invalid UTF-8
+# sequences in it are still "a few stray bytes" (replaced, with a warning) and not another
+# encoding or a binary file.
+SNIFF_BYTES = 1 << 16
+STRAY_BYTES = 8
+_MAGIC = ((b"PK\x03\x04", "a zip archive (a checkpoint, a .docx, ...)"),
+          (b"\x1f\x8b", "gzip-compressed data"), (b"%PDF", "a PDF document"),
+          (b"\x89PNG", "a PNG image"))
+
+
+def not_text(path: str | os.PathLike[str]) -> str | None:
+    """What the start of the regular file ``path`` looks like when it is not UTF-8 text
+    (a NUL byte, a UTF-16/32 byte-order mark, more than ``STRAY_BYTES`` invalid UTF-8
+    sequences in its first ``SNIFF_BYTES``), with what to do; ``None`` for text."""
+    with open(path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return ("UTF-16 text (it starts with a UTF-16 byte-order mark); convert it to UTF-8 "
+                "first: iconv -f UTF-16 -t UTF-8")
+    if b"\x00" in head:
+        kind = next((name for magic, name in _MAGIC if head.startswith(magic)), "a binary file")
+        return f"{kind}, not text (it holds NUL bytes); give a UTF-8 text file"
+    bad, pos = 0, 0
+    while pos < len(head):
+        try:
+            head[pos:].decode("utf-8")
+            break
+        except UnicodeDecodeError as e:
+            if e.end == len(head) - pos and len(head) == SNIFF_BYTES:
+                break  # a character cut by the end of the sample
+            bad, pos = bad + 1, pos + e.end
+        if bad > STRAY_BYTES:
+            return (f"not UTF-8 text (over {STRAY_BYTES} invalid UTF-8 sequences in its first "
+                    f"{min(len(head), SNIFF_BYTES):,} bytes: Latin-1, Windows-1252 or another "
+                    "encoding?); convert it first, e.g. iconv -f LATIN1 -t UTF-8")
+    return None
+
+
 def lock_folder(folder: str | os.PathLike[str], what: str) -> int | None:
     """An exclusive lock on ``folder`` (created if missing) for as long as the returned
     descriptor is open: released by :func:`unlock`, or by the OS when the process ends,
