@@ -70,7 +70,7 @@ def check_output(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLik
             same = False
         if same:
             also = "" if os.path.abspath(path) == os.path.abspath(source) else f" ({source})"
-            raise ValueError(f"{what} {path}: is one of this command's inputs{also}; writing it "
+            raise ValueError(f"{what} {path}: is one of the inputs{also}; writing it "
                              "would destroy that input: choose another file name")
     if not force:
         raise ValueError(f"{what} {path}: exists; --force replaces it, or choose another name")
