@@ -39,7 +39,7 @@ import torch
 
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
-from seq2seq.directions import DirectionError, Directions, directions_of
+from seq2seq.directions import DirectionError, Directions, check_language, directions_of
 from seq2seq.files import kind_of
 from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
@@ -236,10 +236,10 @@ def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
                               f"{list(READABLE_FORMATS)} (written by a newer seq2seq?)")
     arch = config_of(meta, where)
     tokenizers_of(meta, arch, where)
-    for side in ("src_lang", "tgt_lang"):
-        if not isinstance(meta.get(side), (str, type(None))):
-            raise CheckpointError(f"{where}: '{side}' must be a language code, got {meta[side]!r}")
     try:
+        for side in ("src_lang", "tgt_lang"):
+            if meta.get(side) is not None:
+                check_language(meta[side], f"{where}: '{side}'")
         directions_of(meta, where)
     except DirectionError as e:
         raise CheckpointError(str(e)) from None

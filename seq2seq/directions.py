@@ -22,7 +22,11 @@ from typing import Any, Literal
 
 TagPosition = Literal["source", "decoder"]
 TAG_POSITIONS: tuple[str, ...] = ("source", "decoder")
-_LANG = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]{2,4})?$")  # ISO 639 code, optional script/region
+# A language code, BCP-47-like: a 2-3 letter ISO 639 language, then optionally a script
+# (4 letters, Titlecase) and a region (2 capitals or 3 digits), joined by "-" or "_": "de",
+# "fil", "pt-BR", "zh-Hant", "zh_Hant_TW". The registered case is required: it is what
+# tells a region from a second language ("de-en" is a direction, not a code).
+_LANG = re.compile(r"[a-z]{2,3}(?:[-_][A-Z][a-z]{3})?(?:[-_](?:[A-Z]{2}|[0-9]{3}))?")
 
 
 # ISO 639-1 -> English name: LibreTranslate's /languages and an Argos package's metadata
@@ -45,11 +49,37 @@ def tag_piece(lang: str) -> str:
     return f"<2{lang}>"
 
 
+def check_language(code: object, where: str) -> str:
+    """``code`` if it is a language code (``_LANG``), else a one-line ``DirectionError``
+    starting with ``where``. The one check of every language code a model is given or
+    loaded with: a checkpoint's, ``DataConfig``'s, a direction's, ``seq2seq-import``'s."""
+    if isinstance(code, str) and _LANG.fullmatch(code):
+        return code
+    hint = ""
+    if isinstance(code, str) and re.fullmatch(r"[a-z]{2,3}[-_][a-z]{2,3}", code):
+        hint = f"; {code!r} looks like a language pair: give one language"
+    raise DirectionError(f"{where}: {code!r} is not a language code (a 2-3 letter ISO 639 "
+                         "code, optionally with a script and a region: 'de', 'fil', 'pt-BR', "
+                         f"'zh-Hant'){hint}")
+
+
 def _lang(code: str, where: str) -> str:
-    code = code.strip()
-    if not _LANG.match(code):
-        raise DirectionError(f"{where}: {code!r} is not a language code (like 'en' or 'de')")
-    return code
+    return check_language(code.strip(), where)
+
+
+def _split_pair(part: str, where: str) -> tuple[str, str]:
+    """``"en-de"`` -> ``("en", "de")``; codes may hold "-" themselves (``"pt-BR-en"``):
+    the one cut where both sides are language codes."""
+    cuts = [i for i, c in enumerate(part) if c == "-"]
+    if not cuts:
+        raise DirectionError(f"{where}: {part!r} is not a direction "
+                             "(write 'en-de', 'all:en,de,fr' or 'en<>de,fr')")
+    valid = [(part[:i].strip(), part[i + 1:].strip()) for i in cuts
+             if _LANG.fullmatch(part[:i].strip()) and _LANG.fullmatch(part[i + 1:].strip())]
+    if len(valid) == 1:
+        return valid[0]
+    src, _, tgt = part.partition("-")
+    return _lang(src, where), _lang(tgt, where)  # names the code that is wrong
 
 
 def parse_pairs(spec: str | Sequence[str], where: str = "directions") -> tuple[tuple[str, str], ...]:
@@ -69,12 +99,7 @@ def parse_pairs(spec: str | Sequence[str], where: str = "directions") -> tuple[t
             for other in (_lang(c, where) for c in rest.split(",")):
                 pairs += [(hub, other), (other, hub)]
         else:
-            for part in item.split(","):
-                src, sep, tgt = part.strip().partition("-")
-                if not sep:
-                    raise DirectionError(f"{where}: {part.strip()!r} is not a direction "
-                                         "(write 'en-de', 'all:en,de,fr' or 'en<>de,fr')")
-                pairs.append((_lang(src, where), _lang(tgt, where)))
+            pairs += [_split_pair(part.strip(), where) for part in item.split(",")]
     for a, b in pairs:
         if a == b:
             raise DirectionError(f"{where}: {a}-{b} translates a language into itself")

@@ -1,14 +1,19 @@
-"""What a path given as an input file is, when it is not a regular file.
+"""What a path given as an input file is, when it is not a regular file; what an output
+path may replace.
 
 A directory, a FIFO or a device given where a file is read must be named as what it is
 ("data file not found" for a folder that exists misleads), and a FIFO must never be opened
-where the whole file is read at once: ``open`` blocks until a writer comes, forever.
+where the whole file is read at once: ``open`` blocks until a writer comes, forever. An
+output is written atomically (a temporary file renamed over the name), and a rename replaces
+whatever the name is: a device node, a pipe, or one of the command's own inputs, so
+:func:`check_output` says which names an output may take.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 _KINDS = (
@@ -43,6 +48,71 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> Path:
     if kind is not None:
         raise ValueError(f"{what} {path}: is {kind}, not a regular file")
     return Path(path)
+
+
+def check_output(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (),
+                 force: bool = False, what: str = "output") -> Path:
+    """``path`` if a command may write its output there, else a one-line ``ValueError``
+    naming ``what`` and the path. Free names are fine; an existing name only when it is a
+    regular file (never a folder, FIFO, device or socket, even with ``force``) that is none
+    of ``inputs`` (the same file by inode: a hard link or symlink to an input counts, even
+    with ``force``), and only with ``force``."""
+    kind = kind_of(path)
+    if kind == "missing":
+        return Path(path)
+    if kind is not None:
+        raise ValueError(f"{what} {path}: is {kind}; an output is only ever written to a regular "
+                         "file: give a file name")
+    for source in inputs:
+        try:
+            same = os.path.samefile(path, source)
+        except OSError:  # an input that is not there is not this file
+            same = False
+        if same:
+            also = "" if os.path.abspath(path) == os.path.abspath(source) else f" ({source})"
+            raise ValueError(f"{what} {path}: is one of the inputs{also}; writing it "
+                             "would destroy that input: choose another file name")
+    if not force:
+        raise ValueError(f"{what} {path}: exists; --force replaces it, or choose another name")
+    return Path(path)
+
+
+# How much of a text input is looked at before anything runs, and how many invalid UTF-8
+# sequences in it are still "a few stray bytes" (replaced, with a warning) and not another
+# encoding or a binary file.
+SNIFF_BYTES = 1 << 16
+STRAY_BYTES = 8
+_MAGIC = ((b"PK\x03\x04", "a zip archive (a checkpoint, a .docx, ...)"),
+          (b"\x1f\x8b", "gzip-compressed data"), (b"%PDF", "a PDF document"),
+          (b"\x89PNG", "a PNG image"))
+
+
+def not_text(path: str | os.PathLike[str]) -> str | None:
+    """What the start of the regular file ``path`` looks like when it is not UTF-8 text
+    (a NUL byte, a UTF-16/32 byte-order mark, more than ``STRAY_BYTES`` invalid UTF-8
+    sequences in its first ``SNIFF_BYTES``), with what to do; ``None`` for text."""
+    with open(path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return ("UTF-16 text (it starts with a UTF-16 byte-order mark); convert it to UTF-8 "
+                "first: iconv -f UTF-16 -t UTF-8")
+    if b"\x00" in head:
+        kind = next((name for magic, name in _MAGIC if head.startswith(magic)), "a binary file")
+        return f"{kind}, not text (it holds NUL bytes); give a UTF-8 text file"
+    bad, pos = 0, 0
+    while pos < len(head):
+        try:
+            head[pos:].decode("utf-8")
+            break
+        except UnicodeDecodeError as e:
+            if e.end == len(head) - pos and len(head) == SNIFF_BYTES:
+                break  # a character cut by the end of the sample
+            bad, pos = bad + 1, pos + e.end
+        if bad > STRAY_BYTES:
+            return (f"not UTF-8 text (over {STRAY_BYTES} invalid UTF-8 sequences in its first "
+                    f"{min(len(head), SNIFF_BYTES):,} bytes: Latin-1, Windows-1252 or another "
+                    "encoding?); convert it first, e.g. iconv -f LATIN1 -t UTF-8")
+    return None
 
 
 def lock_folder(folder: str | os.PathLike[str], what: str) -> int | None:

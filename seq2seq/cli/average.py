@@ -158,11 +158,12 @@ def window_note(folder: Path, chosen: list[Path]) -> str | None:
 def run(args: argparse.Namespace) -> None:
     from seq2seq.averaging import average  # after argument errors: importing torch is slow
     from seq2seq.checkpoint import is_checkpoint_file
+    from seq2seq.files import check_output
 
     paths = inputs(args)
     out = Path(args.output)
-    if not any(p.exists() and out.exists() and out.samefile(p) for p in paths):  # else: average says
-        check_replace(out, "--output", args.force, "a checkpoint", is_checkpoint_file)
+    check_output(out, paths, force=True, what="--output")  # never an input, only a regular file
+    check_replace(out, "--output", args.force, "a checkpoint", is_checkpoint_file)
     average(paths, out, args.dtype)
     noun = "checkpoint" if len(paths) == 1 else "checkpoints"
     print(f"averaged {len(paths)} {noun} -> {out}", file=sys.stderr)

@@ -107,6 +107,13 @@ def load_test_set(args, src_lang: str | None, tgt_lang: str | None) -> TestSet:
         src_path, ref_path = resolve_corpus(cfg, args.split)
         label = f"{args.test_set}/{args.split} {pair}"
         key = f"{args.test_set}.{args.split}.{pair}"
+    if args.src_file:  # a binary file given by mistake: named before any decoding
+        from seq2seq.files import kind_of, not_text
+
+        for option, path in (("--src-file", src_path), ("--ref-file", ref_path)):
+            problem = not_text(path) if kind_of(path) is None and path.suffix != ".gz" else None
+            if problem:
+                raise ValueError(f"{option} {path}: looks like {problem}")
     src, ref = read_lines(src_path), read_lines(ref_path)
     if len(src) != len(ref):
         raise ValueError(f"{src_path} has {len(src)} lines but {ref_path} has {len(ref)}: "

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"seq2seq-import: error: transformers (and protobuf) are needed "
               f"({install_hint('hf')}): {e}", file=sys.stderr)
         sys.exit(2)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: check_equal's
         print(f"seq2seq-import: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
     meta = ckpt["seq2seq"]

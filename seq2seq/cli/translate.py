@@ -181,7 +181,12 @@ def _open_input(args) -> Iterable[str]:
             raise ValueError("give sentences as arguments or --input, not both")
         return list(args.text)
     if args.input:
-        try:
+        from seq2seq.files import kind_of, not_text
+
+        try:  # a binary file given by mistake: refused before the model loads, not translated
+            problem = not_text(args.input) if kind_of(args.input) is None else None
+            if problem:
+                raise ValueError(f"--input {args.input}: looks like {problem}")
             return _Lines(open(args.input, "rb"), f"--input {args.input}")  # noqa: SIM115
         except OSError as e:
             raise ValueError(f"--input {args.input}: {e.strerror}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seq2seq.directions import DirectionError, Directions, parse_pairs
+from seq2seq.directions import DirectionError, Directions, check_language, parse_pairs
 from seq2seq.fields import ConfigError, check_fields, from_dict, positive
 
 
@@ -96,6 +96,11 @@ class DataConfig:
             raise ConfigError(
                 f"DataConfig.corpus: {self.corpus!r} is not one of ['multi30k', None]"
             )
+        for side in ("src_lang", "tgt_lang"):
+            try:
+                check_language(getattr(self, side), f"DataConfig.{side}")
+            except DirectionError as e:
+                raise ConfigError(str(e)) from None
         if self.src_lang == self.tgt_lang:
             raise ConfigError(f"DataConfig.src_lang and tgt_lang are both {self.src_lang!r}")
         if self.max_len < 2:

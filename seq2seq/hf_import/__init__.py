@@ -1,6 +1,7 @@
 """Import Hugging Face MarianMT models (OPUS-MT's ``Helsinki-NLP/opus-mt-*``) as our
 self-contained checkpoints: :func:`import_marian`.
 
+* :mod:`seq2seq.hf_import.folder`: every file checked before anything is built.
 * :mod:`seq2seq.hf_import.marian`: the config and the weights.
 * :mod:`seq2seq.hf_import.vocab`: ``vocab.json`` + ``source.spm``/``target.spm`` as our
   SentencePiece tokenizers (ids = the model's ids).
@@ -8,12 +9,12 @@ self-contained checkpoints: :func:`import_marian`.
 The source is a local folder (the OPUS-MT layout: ``config.json``, ``model.safetensors``
 or ``pytorch_model.bin``, ``source.spm``, ``target.spm``, ``vocab.json``) or a hub name,
 downloaded with ``huggingface_hub`` (needs internet). The imported model is checked
-against the HF one on a small batch before anything is written.
+against the HF one on a small batch before anything is written; the output is never one of
+the folder's files, nor anything but a regular file (:func:`seq2seq.files.check_output`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -21,10 +22,10 @@ from typing import Any
 
 import torch
 
-# What an OPUS-MT repository holds that the import reads (weights: one of the two).
-NEEDED = ("config.json", "source.spm", "target.spm", "vocab.json")
-OPTIONAL = ("target_vocab.json", "tokenizer_config.json", "generation_config.json")
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+from seq2seq.directions import DirectionError, check_language
+from seq2seq.files import check_output
+from seq2seq.hf_import.folder import NEEDED, OPTIONAL, WEIGHTS, MarianFolder, check_folder
+
 _HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
 
 
@@ -59,34 +60,33 @@ def _download(name: str) -> Path:
                          f"{reason}); download the folder elsewhere and give its path") from None
 
 
-def languages(folder: Path, name: str) -> tuple[str | None, str | None]:
-    """``tokenizer_config.json``'s source/target languages, else those of an
-    ``opus-mt-SRC-TGT`` name."""
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = {}
-    src, tgt = config.get("source_lang"), config.get("target_lang")
-    match = re.search(r"opus-mt-([A-Za-z]+)-([A-Za-z]+)$", name.rstrip("/"))
-    if match and not (src and tgt):
-        src, tgt = match.groups()
-    return src or None, tgt or None
+def languages(folder: MarianFolder, name: str, src: str | None,
+              tgt: str | None) -> tuple[str | None, str | None]:
+    """The language pair: ``src``/``tgt`` (the command's options) where given, else
+    ``tokenizer_config.json``'s, else those of an ``opus-mt-SRC-TGT`` name; each one that
+    is given must be a language code (:func:`seq2seq.directions.check_language`)."""
+    config = folder.tokenizer_config
+    where = str(folder.path / "tokenizer_config.json")
+    match = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", name.rstrip("/"))
+    guessed = match.groups() if match else (None, None)
+    pair = []
+    for given, field, option, guess in ((src, "source_lang", "--src-lang", guessed[0]),
+                                        (tgt, "target_lang", "--tgt-lang", guessed[1])):
+        try:
+            if given is not None:
+                pair.append(check_language(given, option))
+            elif config.get(field):
+                pair.append(check_language(config[field], f"{where}: {field}"))
+            else:
+                pair.append(guess)
+        except DirectionError as e:
+            raise ValueError(str(e) + ("" if given is not None else f"; give {option}")) from None
+    return pair[0], pair[1]
 
 
-def load_marian(folder: Path):
-    """``MarianMTModel.from_pretrained(folder)`` in fp32, eval mode; one-line errors."""
-    missing = [f for f in NEEDED if not (folder / f).is_file()]
-    if missing:
-        raise ValueError(f"{folder} is not a MarianMT folder: {missing[0]} is missing")
-    if not any((folder / w).is_file() for w in WEIGHTS):
-        raise ValueError(f"{folder}: no weights ({' or '.join(WEIGHTS)})")
-    from transformers import AutoConfig, MarianMTModel
-
-    from seq2seq.hf_import.marian import model_config
-
-    config = AutoConfig.from_pretrained(folder)
-    model_config(config, str(folder / "config.json"))  # refuse before loading weights
-    return MarianMTModel.from_pretrained(folder, dtype=torch.float32).eval()
+def input_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` the import reads: what its output must never replace."""
+    return [folder / name for name in (*NEEDED, *OPTIONAL, *WEIGHTS)]
 
 
 def import_marian(source: str | os.PathLike, output: str | os.PathLike,
@@ -94,46 +94,63 @@ def import_marian(source: str | os.PathLike, output: str | os.PathLike,
                   overwrite: bool = False) -> dict[str, Any]:
     """Convert ``source`` (folder or hub name) into our checkpoint ``output`` (written
     atomically; an existing file needs ``overwrite``). Returns the checkpoint dict."""
-    from seq2seq.checkpoint import load_checkpoint, save_model
-    from seq2seq.hf_import.marian import to_seq2seq
+    from seq2seq.checkpoint import PREFIX, check, load_checkpoint, metadata, save_atomic, seal
+    from seq2seq.hf_import.folder import load_weights
+    from seq2seq.hf_import.marian import (
+        check_state,
+        hf_config,
+        marian_model,
+        model_config,
+        to_seq2seq,
+    )
     from seq2seq.hf_import.vocab import marian_tokenizers
 
-    output = Path(output)
-    if output.is_dir() or (output.exists() and not overwrite):
-        raise ValueError(f"output {output} exists; choose another file"
-                         + ("" if output.is_dir() else " or replace it with --force"))
+    if not Path(source).is_dir():  # a hub name: before the download, and again after it
+        check_output(output, [], overwrite, "output")
     folder = resolve(source)
-    guessed = languages(folder, str(source))
-    src_lang, tgt_lang = src_lang or guessed[0], tgt_lang or guessed[1]
-    marian = load_marian(folder)
-    model = to_seq2seq(marian)
-    arch = model.arch
-    specials = {"unk": _unk_id(folder), "eos": arch.eos_id, "pad": arch.pad_id, "bos": arch.bos_id}
-    separate = _separate_vocabs(folder)
+    check_output(output, input_files(folder), overwrite, "output")
+    checked = check_folder(folder)
+    src_lang, tgt_lang = languages(checked, str(source), src_lang, tgt_lang)
+    where = str(folder / "config.json")
+    config = hf_config(checked.config, where)
+    arch = model_config(config, where)
+    state = load_weights(checked.weights_path)
+    check_state(config, state, str(checked.weights_path))
+    specials = _specials(checked, arch, where)
     tokenizers = marian_tokenizers(folder, (arch.src_vocab_size, arch.tgt_vocab_size),
-                                   specials, separate)
+                                   specials, checked.separate_vocabs)
+    marian = marian_model(config, state)  # only now is anything allocated
+    model = to_seq2seq(marian)
     check_equal(marian, model)
-    save_model(output, model, tokenizers, src_lang, tgt_lang)
+    ckpt = seal({"seq2seq": metadata(arch, tokenizers, src_lang, tgt_lang),
+                 "state_dict": {PREFIX + k: v for k, v in model.state_dict().items()}})
+    check(ckpt, f"{folder}: the imported model")  # what every load checks, before writing
+    save_atomic(ckpt, output)
     return load_checkpoint(output)
 
 
-def _tokenizer_config(folder: Path) -> dict[str, Any]:
-    try:
-        return json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+def _specials(folder: MarianFolder, arch, where: str) -> dict[str, int]:
+    """The special ids (``config.json``'s, and ``vocab.json``'s unknown token): the unknown
+    token and EOS each an id of their own (the decoder's start may be the pad)."""
+    specials = {"unk": _unk_id(folder), "eos": arch.eos_id, "pad": arch.pad_id, "bos": arch.bos_id}
+    fields = {"eos": "eos_token_id", "pad": "pad_token_id", "bos": "decoder_start_token_id"}
+    for role, field in fields.items():
+        if specials[role] == specials["unk"]:
+            raise ValueError(f"{where}: {field}={specials[role]} is the id of vocab.json's "
+                             "unknown token")
+        if role != "eos" and specials[role] == specials["eos"]:
+            raise ValueError(f"{where}: {field}={specials[role]} is also eos_token_id")
+    return specials
 
 
-def _separate_vocabs(folder: Path) -> bool:
-    return bool(_tokenizer_config(folder).get("separate_vocabs", False))
+def _unk_id(folder: MarianFolder) -> int:
+    from seq2seq.hf_import.folder import read_json
 
-
-def _unk_id(folder: Path) -> int:
-    unk = _tokenizer_config(folder).get("unk_token", "<unk>")
+    unk = folder.tokenizer_config.get("unk_token") or "<unk>"
     unk = unk.get("content", "<unk>") if isinstance(unk, dict) else unk
-    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-    if unk not in vocab:
-        raise ValueError(f"{folder / 'vocab.json'}: has no unknown token {unk!r}")
+    vocab = read_json(folder.path / "vocab.json")
+    if not isinstance(vocab.get(unk), int) or isinstance(vocab[unk], bool):
+        raise ValueError(f"{folder.path / 'vocab.json'}: has no unknown token {unk!r}")
     return vocab[unk]
 
 

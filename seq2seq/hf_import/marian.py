@@ -17,6 +17,7 @@ from torch import Tensor
 
 from seq2seq.config import ConfigError, ModelConfig
 from seq2seq.export.hf import channel_permutation
+from seq2seq.hf_import.folder import layer_counts
 from seq2seq.model import Seq2Seq
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
@@ -101,6 +102,61 @@ class _FromHF:
     def ffn(self, ours: str, theirs: str) -> None:
         self.linear_in(f"{ours}.w1", f"{theirs}.fc1")
         self.linear_out(f"{ours}.w2", f"{theirs}.fc2")
+
+
+def hf_config(fields: dict, where: str = "config.json"):
+    """A ``MarianConfig`` of ``config.json``'s checked fields (:func:`folder.check_config`)."""
+    from transformers import MarianConfig
+
+    try:
+        return MarianConfig(**fields)
+    except Exception as e:  # transformers' own checks of values
+        raise ValueError(f"{where}: transformers refuses it ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:160]})") from None
+
+
+def check_state(config, state: dict[str, Tensor], where: str) -> None:
+    """The names and shapes of ``state`` (from the weights file ``where``) must be those
+    ``config`` needs (a ``MarianMTModel`` on the meta device: nothing allocated): a one-line
+    ``ValueError`` naming the tensor and the config fields otherwise."""
+    from transformers import MarianMTModel
+
+    for side, count in layer_counts(list(state)).items():
+        if count != getattr(config, f"{side}_layers"):
+            raise ValueError(f"{where}: holds {count} {side} layers, config.json's "
+                             f"{side}_layers={getattr(config, f'{side}_layers')}")
+    try:
+        with torch.device("meta"):  # shapes only: nothing allocated
+            expected = MarianMTModel(config)
+    except Exception as e:  # e.g. a pad id outside a vocabulary
+        raise ValueError(f"config.json: transformers cannot build it ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:160]})") from None
+    shapes = {k: list(v.shape) for k, v in expected.state_dict().items()}
+    sizes = ", ".join(f"{k}={getattr(config, k)}" for k in (
+        "d_model", "vocab_size", "decoder_vocab_size", "encoder_ffn_dim", "decoder_ffn_dim",
+        "max_position_embeddings"))
+    for name, tensor in state.items():
+        if name not in shapes:
+            raise ValueError(f"{where}: tensor {name} is not part of a MarianMTModel")
+        if list(tensor.shape) != shapes[name]:
+            raise ValueError(f"{where}: tensor {name} has shape {list(tensor.shape)}, but "
+                             f"config.json ({sizes}) needs {shapes[name]}")
+    aliases: dict[int, list[str]] = {}  # tied parameters: one name of each group is enough
+    for name, param in expected.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(param), []).append(name)
+    for name in [*aliases.values(), *([b] for b, _ in expected.named_buffers() if b in shapes)]:
+        if not any(n in state for n in name) and "embed_positions" not in name[0]:
+            raise ValueError(f"{where}: has no tensor {name[0]} (config.json: {sizes})")
+
+
+def marian_model(config, state: dict[str, Tensor]):
+    """``MarianMTModel(config)`` holding ``state`` (checked by :func:`check_state`), eval mode."""
+    from transformers import MarianMTModel
+
+    marian = MarianMTModel(config)
+    marian.load_state_dict({k: v for k, v in state.items() if "embed_positions" not in k},
+                           strict=False)  # positions: the sinusoidal table, computed
+    return marian.eval()
 
 
 def to_seq2seq(marian) -> Seq2Seq:
