@@ -20,7 +20,8 @@ weight is finite (:func:`check_sizes`: nothing is built from an edited ``d_model
 count), (format 2) ``checksum``, a SHA-256 over the config, the tokenizer fingerprints, the
 languages and the weights, still matches (an edited ``n_heads`` changes no shape, so only
 the checksum can tell), and only then is every weight compared with the shape the config
-needs. Format 1 files (no checksum) still load.
+needs. Format 1 files (no checksum) still load. Format 3 is format 2 with a ``calibration``
+entry (``seq2seq-calibrate``: the "unsure" threshold), under the checksum too.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
 
 FORMAT = 2  # 2 adds "checksum"; 1 (without) still loads
-READABLE_FORMATS = (1, 2)
+CALIBRATED_FORMAT = 3  # 2 + "calibration" (older readers refuse it by format, not as edited)
+READABLE_FORMATS = (1, 2, 3)
 PREFIX = "model."  # the LightningModule holds the Seq2Seq as ``self.model``
 TIED = ("output.weight", "tgt_embed.tokens.weight")  # may be stored under one name only
 
@@ -83,10 +85,11 @@ def stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
     return sorted(stale)
 
 
-def save_atomic(obj: Any, path: str | os.PathLike) -> None:
+def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``:
     a crash leaves either the old file or the new one, never half of one. Temporary files
-    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed."""
+    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed.
+    ``mode``: the file's permission bits (default: what ``open()`` gives, by the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
@@ -99,7 +102,8 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, new_file_mode())  # mkstemp makes it owner-only; give it open()'s mode
+        # mkstemp makes it owner-only; give it open()'s mode (or the file's it replaces)
+        os.chmod(tmp, new_file_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -138,8 +142,9 @@ def checksum(ckpt: dict[str, Any]) -> str:
     languages and every model weight (name, dtype, shape, bytes)."""
     meta = ckpt["seq2seq"]
     head = {key: meta.get(key) for key in ("model_config", "src_lang", "tgt_lang")}
-    if meta.get("directions") is not None:  # absent in single-direction files: their sums hold
-        head["directions"] = meta["directions"]
+    for key in ("directions", "calibration"):  # absent in other files: their sums hold
+        if meta.get(key) is not None:
+            head[key] = meta[key]
     head["tokenizers"] = {side: meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")}
     h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
     state = ckpt["state_dict"]
@@ -151,8 +156,8 @@ def checksum(ckpt: dict[str, Any]) -> str:
 
 
 def seal(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Mark ``ckpt`` (in place) as format 2 with its checksum; returns it."""
-    ckpt["seq2seq"]["format"] = FORMAT
+    """Mark ``ckpt`` (in place) as format 2 (3 with a calibration) with its checksum; returns it."""
+    ckpt["seq2seq"]["format"] = CALIBRATED_FORMAT if "calibration" in ckpt["seq2seq"] else FORMAT
     ckpt["seq2seq"]["checksum"] = checksum(ckpt)
     return ckpt
 
@@ -243,6 +248,7 @@ def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
         directions_of(meta, where)
     except DirectionError as e:
         raise CheckpointError(str(e)) from None
+    calibration_of(meta, where)
     state = ckpt.get("state_dict")
     if not isinstance(state, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
@@ -270,6 +276,20 @@ def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
                       "seal it with `seq2seq-average -o NEW.ckpt FILE` (one input: a copy, "
                       "checksummed)", stacklevel=2)
     return reference
+
+
+def calibration_of(meta: dict[str, Any], where: str = "checkpoint") -> dict[str, Any] | None:
+    """The ``calibration`` entry (``seq2seq-calibrate``), checked: ``threshold`` (outputs of
+    lower confidence are "unsure") in (0, 1] and plain values; ``None`` when uncalibrated."""
+    entry = meta.get("calibration")
+    if entry is None:
+        return None
+    t = entry.get("threshold") if isinstance(entry, dict) else None
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0.0 < t <= 1.0 or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in entry.items()):
+        raise CheckpointError(f"{where}: 'calibration' must map names to plain values with a "
+                              f"'threshold' in (0, 1], got {entry!r:.200}; re-run seq2seq-calibrate")
+    return entry
 
 
 def config_of(meta: dict[str, Any], where: str = "checkpoint") -> ModelConfig:

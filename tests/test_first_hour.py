@@ -213,11 +213,22 @@ def test_jsonl_confidence_and_warn_below(tmp_path, monkeypatch):
     records = [json.loads(line) for line in out.splitlines()]
     assert [0 < r["confidence"] <= 1 for r in records] == [True] * 3
     assert records[0]["confidence"] > 0.5 > records[1]["confidence"]
+    assert [r["flags"] for r in records] == [[], ["unsure"], []]
     warned = err.strip().splitlines()
-    assert len(warned) == 1 and warned[0].startswith("seq2seq-translate: warning: line 2: confidence 0.")
+    assert len(warned) == 1 and warned[0].startswith(
+        "seq2seq-translate: warning: 1 of 3 output lines are unsure (line 2): confidence below 0.5")
 
 
-@pytest.mark.parametrize("value", ["0", "1", "-0.5", "nan", "inf"])
+def test_the_shipped_models_warn_by_default_and_0_turns_it_off():
+    text = f"{IN_DOMAIN}\n{OUT_OF_DOMAIN}\n".encode()
+    code, _, err = run_main(translate_cli.main, ["-m", str(SHIPPED["de_en"])], stdin=text)
+    assert code == 0 and err.startswith("seq2seq-translate: warning: 1 of 2 output lines are unsure")
+    code, _, err = run_main(translate_cli.main, ["-m", str(SHIPPED["de_en"]), "--warn-below", "0"],
+                            stdin=text)
+    assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("value", ["1", "-0.5", "nan", "inf"])
 def test_warn_below_outside_0_1_is_refused(value):
     code, out, err = run_main(translate_cli.main, ["-m", str(SHIPPED["de_en"]), "--warn-below", value, "x"])
     assert code == 2 and out == "" and err.count("\n") == 1 and f"--warn-below {float(value)}" in err

@@ -173,4 +173,5 @@ def test_the_server_splits_keeps_lines_and_answers_flags(shipped):
     assert [r["hyp"] for r in split] == shipped.translate(texts)
     assert [r["hyp"] for r in whole] == _no_split(shipped).translate(texts)
     assert split[0]["hyp"].count("\n") == 3 and [r["flags"] for r in split] == [[], []]
-    assert [r["flags"] for r in cut.json()["results"]] == [[], ["skipped"]]
+    # outputs cut to 2 tokens may be "unsure" too (the shipped model is calibrated)
+    assert [[f for f in r["flags"] if f != "unsure"] for r in cut.json()["results"]] == [[], ["skipped"]]

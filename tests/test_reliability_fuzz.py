@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import (
+    CalibrationConfig,
     ConfigError,
     DataConfig,
     DecodingConfig,
@@ -95,7 +96,7 @@ def _any_value():
 @FUZZ
 @given(data=st.data())
 @pytest.mark.parametrize("cls", [ModelConfig, DecodingConfig, OptimConfig, TokenizerConfig, DataConfig,
-                                 ServeConfig])
+                                 ServeConfig, CalibrationConfig])
 def test_any_config_value_is_accepted_valid_or_refused_by_name(cls, data):
     """A config (from YAML, the command line or an edited checkpoint) is valid or refused with
     a ``ConfigError`` naming the field: never another exception, never a NaN."""

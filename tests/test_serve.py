@@ -102,6 +102,9 @@ def test_models_are_chosen_by_name(client, models):
     listed = client.get("/models").json()
     assert [m["name"] for m in listed] == list(models) == ["multi30k_de_en_tiny", "tiny"]
     assert (listed[0]["src_lang"], listed[0]["tgt_lang"]) == ("de", "en")
+    # the shipped model is calibrated (seq2seq-calibrate), the tiny one is not
+    assert listed[0]["unsure_below"] == models["multi30k_de_en_tiny"].translator.unsure_below > 0
+    assert listed[1]["unsure_below"] is None
     texts = SENTENCES[:3]
     tiny = client.post("/translate", json={"texts": texts, "model": "tiny"}).json()
     assert tiny["model"] == "tiny"

@@ -4,8 +4,8 @@ for the translation, pick a kind, layer and head, click a query piece: the weigh
 key pieces must be the row ``/attention`` returns, to display rounding, and their colours
 must rise in lightness with the weight (viridis, on a scale shown beside the heat map).
 The words view sums pieces into words; every head of the layer is drawn; the n-best list
-and confidences are ``/attention``'s; an empty input says so; at a phone's width nothing
-is cut off. Screenshots at a phone and a desktop width go to ``build/test-artifacts/``
+and confidences are ``/attention``'s; an output flagged "unsure" is marked, others are not;
+an empty input says so; at a phone's width nothing is cut off. Screenshots at a phone and a desktop width go to ``build/test-artifacts/``
 (``SEQ2SEQ_TEST_ARTIFACTS`` to put them elsewhere).
 
 Skips, naming what is missing, without ``/usr/bin/chromium`` (``apt-get install -y
@@ -197,6 +197,34 @@ def test_every_head_of_the_layer_is_drawn_and_one_can_be_chosen(page, expected):
     assert page.eval_on_selector("#head", "e => e.value") == "3"
     cells = [float(w) for w in _attr(page, "#heatmap td", "weight")]
     assert cells == pytest.approx([w for r in heads[3] for w in r], abs=5e-5)
+
+
+OUTSIDE = "Die Zentralbank hat gestern überraschend die Zinsen erhöht."  # news, not a caption
+
+
+def test_an_unsure_output_is_marked_and_a_sure_one_is_not(page, expected, url):
+    assert "unsure" not in expected["flags"] and page.is_hidden("#unsure")  # the caption
+    want = httpx.post(url + "/attention", json={**REQUEST, "text": OUTSIDE}, timeout=60).json()
+    assert "unsure" in want["flags"]  # the shipped model's calibrated threshold says so
+    try:
+        page.fill("#text", OUTSIDE)
+        page.click("#translate")
+        page.wait_for_function(f"document.querySelector('#translation').textContent == {want['hyp']!r}",
+                               timeout=60_000)
+        assert page.is_visible("#unsure")
+        note = page.text_content("#unsure")
+        threshold = httpx.get(url + "/models").json()[0]["unsure_below"]
+        assert note.startswith("⚠ Unsure") and f"{100 * want['confidence']:.1f}%" in note
+        assert f"{100 * threshold:.1f}%" in note
+        colours = page.eval_on_selector("#unsure", "e => [getComputedStyle(e).color, "
+                                        "getComputedStyle(e).backgroundColor]")
+        assert _lightness(colours[1]) - _lightness(colours[0]) > 0.5  # readable
+    finally:  # the other tests' sentence back
+        page.fill("#text", SENTENCE)
+        page.click("#translate")
+        page.wait_for_function(f"document.querySelector('#translation').textContent == {expected['hyp']!r}",
+                               timeout=60_000)
+    assert page.is_hidden("#unsure")
 
 
 def test_an_empty_input_says_so(page):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,3 +56,21 @@ def test_shipped_model_reproduces_its_evaluation(model, record):
         # and flip a near-tie in a few sentences, hence a small tolerance
         assert scores[name].score == pytest.approx(record[name]["score"], abs=0.3), name
         assert scores[name].signature == record[name]["signature"]
+
+
+@pytest.mark.parametrize(("pair", "model"), [pytest.param(p, m, id="-".join(p)) for p, m in MODELS.items()])
+def test_shipped_model_is_calibrated_with_the_defaults(pair, model):
+    """Its "unsure" threshold (seq2seq-calibrate, default settings) is the default quantile of
+    the confidences of its greedy translations of Multi30k val, computed here again."""
+    from seq2seq.config import CalibrationConfig
+
+    entry = load_checkpoint(model)["seq2seq"]["calibration"]
+    d = CalibrationConfig()
+    assert (entry["quantile"], entry["split"], entry["search"]) == (d.quantile, d.split, "greedy")
+    src = read_lines(ROOT / "data" / "multi30k" / f"val.{pair[0]}.gz")
+    translator = Translator.from_checkpoint(model)
+    values = [r.confidence for r in translator.translate_full(src)]
+    assert entry["n"] == len(values)
+    # another CPU's kernels may sum floats in another order: a small tolerance
+    assert entry["threshold"] == pytest.approx(float(np.quantile(values, d.quantile)), abs=2e-3)
+    assert translator.unsure_below == entry["threshold"]

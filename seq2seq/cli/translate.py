@@ -21,7 +21,9 @@ What a model knows is its training data. The shipped models (``-m multi30k_de_en
 image captions ("Two dogs play in the snow."). Other text (news, dialogue, long sentences)
 comes out as fluent-looking nonsense. ``--output-format jsonl`` gives each output's
 confidence (its geometric-mean token probability: median 0.75 on held-out captions, mostly
-below 0.5 on other text); ``--warn-below P`` flags the outputs below P on stderr.
+below 0.5 on other text). Outputs below the checkpoint's calibrated threshold
+(``seq2seq-calibrate``; the shipped models have one) are flagged "unsure", and one warning
+on stderr says how many; ``--warn-below P`` sets another threshold, ``--warn-below 0`` none.
 """
 
 from __future__ import annotations
@@ -118,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
                     help="jsonl: one JSON object a line: src, hyp, score (normalized, what "
                          "ranks hypotheses), confidence (0-1), flags (warnings: skipped, "
-                         "truncated), nbest")
+                         "truncated, unsure), nbest")
     ap.add_argument("--warn-below", type=float, metavar="P",
-                    help="a one-line warning on stderr for each output whose confidence is "
-                         "below P, in (0, 1), e.g. 0.5 (default: no warnings)")
+                    help="outputs whose confidence is below P, in [0, 1), are flagged unsure, "
+                         "and one line on stderr says how many (default: the checkpoint's "
+                         "calibrated threshold, from seq2seq-calibrate; 0: none)")
     ap.add_argument("--plot-attention", metavar="FILE.png",
                     help="heat-maps of the first non-blank input sentence's attention; an "
                          "existing file is replaced only when it is such a plot")
@@ -258,8 +261,9 @@ def _plot_first(translator, lines: list[str], path: str, direction: dict) -> Non
 
 
 def check_warn_below(value: float | None) -> None:
-    if value is not None and not 0.0 < value < 1.0:  # NaN fails too
-        raise ValueError(f"--warn-below {value}: must be a confidence in (0, 1), e.g. 0.5")
+    if value is not None and not 0.0 <= value < 1.0:  # NaN fails too
+        raise ValueError(f"--warn-below {value}: must be a confidence in [0, 1), e.g. 0.5 "
+                         "(0: no threshold)")
 
 
 FLAG_WORDS = {
@@ -268,12 +272,26 @@ FLAG_WORDS = {
 }
 
 
-def _warn_if_unsure(result, line: int, threshold: float | None) -> None:
-    if threshold is not None and result.confidence < threshold:
-        print(f"{PROG}: warning: line {line}: confidence {result.confidence:.2f} < {threshold}: "
-              "the input may be unlike the model's training data", file=sys.stderr)
+def _warn_flags(result, line: int) -> None:
     for flag in result.flags:
-        print(f"{PROG}: warning: line {line}: {FLAG_WORDS.get(flag, flag)}", file=sys.stderr)
+        if flag != "unsure":  # counted, then said once (_warn_unsure)
+            print(f"{PROG}: warning: line {line}: {FLAG_WORDS.get(flag, flag)}", file=sys.stderr)
+
+
+def _warn_unsure(unsure: list[int], lines: int, translator, explicit: bool) -> None:
+    """One line for all the outputs flagged "unsure": how many, which, and what it means."""
+    if not unsure:
+        return
+    shown = ", ".join(map(str, unsure[:10])) + (", ..." if len(unsure) > 10 else "")
+    cal = translator.calibration
+    why = "--warn-below" if explicit or not cal else (
+        f"under which {cal['quantile']:.0%} of its {cal['split']} translations fell")
+    print(f"{PROG}: warning: {len(unsure)} of {lines} output lines are unsure (line"
+          f"{'s' * (len(unsure) > 1)} {shown}): confidence below {translator.unsure_below:.3g} "
+          f"({why}); the input is "
+          "probably unlike the model's training data and these translations may be wrong "
+          "(--output-format jsonl flags them \"unsure\"; --warn-below 0: no warning)",
+          file=sys.stderr)
 
 
 def _translate_document(args, decoding: DecodingConfig) -> None:
@@ -317,6 +335,8 @@ def run(args) -> None:
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
     translator.tag_for(**direction)  # an unknown direction: refused before any input is read
+    if args.warn_below is not None:  # else the checkpoint's threshold, if it has one
+        translator.unsure_below = args.warn_below or None
     notes = ignored_options(args, decoding)
     notes += ["--force has no effect without --plot-attention"] if args.force and \
         not args.plot_attention else []
@@ -328,15 +348,17 @@ def run(args) -> None:
     # Interactive stdin: answer each line as it comes rather than waiting for a chunk.
     interactive = not args.text and not args.input and sys.stdin is not None and sys.stdin.isatty()
     size = 1 if interactive else CHUNK_LINES
-    line = 0
+    line, unsure = 0, []
     for i, chunk in enumerate(_chunks(lines, size)):
         if i == 0 and args.plot_attention:
             _plot_first(translator, chunk, args.plot_attention, direction)
         for result in translator.translate_full(chunk, **direction):
             out.write(_format(result, args.output_format) + "\n")
             line += 1
-            _warn_if_unsure(result, line, args.warn_below)
+            _warn_flags(result, line)
+            unsure += [line] if "unsure" in result.flags else []
         out.flush()
+    _warn_unsure(unsure, line, translator, args.warn_below is not None)
     if getattr(lines, "too_long", None):
         raise ValueError(lines.too_long)
     if getattr(lines, "invalid", 0):

@@ -2,10 +2,11 @@
 
 Each section is a dataclass validated in ``__post_init__``; errors name the field:
 ``model`` (the network, the optimizer), ``data`` (corpus, tokenizer, batching),
-``decoding`` (search), ``serve`` (the server). YAML round trip: ``to_dict``/``from_dict``
-(unknown keys are refused by name).
+``decoding`` (search), ``serve`` (the server), ``calibration`` (the "unsure" threshold).
+YAML round trip: ``to_dict``/``from_dict`` (unknown keys are refused by name).
 """
 
+from seq2seq.config.calibration import CALIBRATION_SPLITS, CalibrationConfig
 from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decoding import MAX_BEAM, DecodingConfig
 from seq2seq.config.model import (
@@ -20,7 +21,7 @@ from seq2seq.config.serve import MAX_WINDOW_MS, ServeConfig
 from seq2seq.fields import ConfigError, from_dict, to_dict
 
 __all__ = [
-    "MAX_BEAM", "MAX_WINDOW_MS", "Activation", "ConfigError", "DataConfig", "DecodingConfig",
-    "ModelConfig", "Norm", "NormPosition", "OptimConfig", "Positional", "ServeConfig",
-    "TokenizerConfig", "from_dict", "to_dict",
+    "CALIBRATION_SPLITS", "MAX_BEAM", "MAX_WINDOW_MS", "Activation", "CalibrationConfig",
+    "ConfigError", "DataConfig", "DecodingConfig", "ModelConfig", "Norm", "NormPosition",
+    "OptimConfig", "Positional", "ServeConfig", "TokenizerConfig", "from_dict", "to_dict",
 ]

@@ -9,7 +9,9 @@ Used by the CLI, evaluation and validation during training. Policies:
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
 - An output with far fewer words than its source is flagged ``"skipped"``, a source cut to
-  fit the model ``"truncated"`` (``TranslationResult.flags``).
+  fit the model ``"truncated"``, an output whose confidence is below ``unsure_below`` (the
+  checkpoint's calibrated threshold, ``seq2seq-calibrate``) ``"unsure"``
+  (``TranslationResult.flags``).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
   one warning per call naming how many lines were cut; it never crashes.
 - Control characters and emoji go through SentencePiece like any text (unknown pieces
@@ -28,7 +30,7 @@ import numpy as np
 import torch
 
 import seq2seq.runtime as runtime
-from seq2seq.checkpoint import load_model
+from seq2seq.checkpoint import build_model, calibration_of, load_model
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
@@ -91,17 +93,23 @@ class Translator:
     """Wraps a model and its tokenizers. ``device=None`` leaves the model where it is
     (validation during training passes the module's device). A multilingual model
     (``directions``) is told the output language by ``target_lang`` on each call. The model
-    may be an ``Ensemble`` of models sharing the tokenizers (:meth:`from_checkpoints`)."""
+    may be an ``Ensemble`` of models sharing the tokenizers (:meth:`from_checkpoints`).
+    ``calibration``: the checkpoint's entry (``seq2seq-calibrate``); outputs whose
+    confidence is below ``unsure_below`` (its threshold unless set; ``None``: never) are
+    flagged ``"unsure"``."""
 
     def __init__(self, model: Seq2Seq | Ensemble, tokenizers: TokenizerPair,
                  decoding: DecodingConfig | None = None,
                  device: str | torch.device | None = None, directions: Directions | None = None,
-                 pair: tuple[str | None, str | None] = (None, None)):
+                 pair: tuple[str | None, str | None] = (None, None),
+                 calibration: dict | None = None):
         self.model = model if device is None else model.to(device)
         self.tokenizers = tokenizers
         self.decoding = decoding or DecodingConfig()
         self.directions = directions
         self.pair = pair  # a single-direction model's languages, where known
+        self.calibration = calibration
+        self.unsure_below: float | None = calibration["threshold"] if calibration else None
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
@@ -109,15 +117,23 @@ class Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
         bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
+        return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model)
+
+    @classmethod
+    def from_loaded(cls, ckpt: dict, where: str, decoding: DecodingConfig | None = None,
+                    device: str | torch.device = "cpu", model=None) -> Translator:
+        """:meth:`from_checkpoint` of a checkpoint already loaded (and verified); ``model``:
+        the one built from it, if any."""
         meta = ckpt["seq2seq"]
         tokenizers = TokenizerPair.from_state(meta["tokenizers"])
+        model = build_model(ckpt) if model is None else model
         for side, tok in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
             size = getattr(model.arch, f"{side}_vocab_size")
             if size != tok.vocab_size:
-                raise ValueError(f"checkpoint {path}: the model has {size} {side} ids but its "
+                raise ValueError(f"{where}: the model has {size} {side} ids but its "
                                  f"{side} tokenizer {tok.vocab_size}")
-        return cls(model, tokenizers, decoding, device, directions_of(meta, f"checkpoint {path}"),
-                   (meta.get("src_lang"), meta.get("tgt_lang")))
+        return cls(model, tokenizers, decoding, device, directions_of(meta, where),
+                   (meta.get("src_lang"), meta.get("tgt_lang")), calibration_of(meta, where))
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
@@ -126,7 +142,8 @@ class Translator:
         """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
         (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
-        naming both files otherwise."""
+        naming both files otherwise. An ensemble has no calibration (its members' thresholds
+        were measured on their own outputs, not the ensemble's)."""
         paths = list(paths)
         if not paths:
             raise ValueError("no checkpoints given")
@@ -181,11 +198,21 @@ class Translator:
         texts = list(texts)
         tag = self.tag_for(target_lang, source_lang)
         if not self.decoding.split_sentences or need_attention:
-            return self._translate_lines(texts, need_attention, progress, tag)
+            return self._flag_unsure(self._translate_lines(texts, need_attention, progress, tag))
         limit = min(self.decoding.max_sentence_tokens, self._max_source(tag) - 1)
         plan = paragraphs.plan(texts, self.source_language(source_lang, target_lang),
                                self._lengths, limit)
-        return plan.assemble(self._translate_lines(plan.units, False, progress, tag))
+        results = plan.assemble(self._translate_lines(plan.units, False, progress, tag))
+        return self._flag_unsure(results)
+
+    def _flag_unsure(self, results: list[TranslationResult]) -> list[TranslationResult]:
+        """``"unsure"`` on each text's output below ``unsure_below`` (its own confidence:
+        a text of several sentences is judged whole, as its result reports it)."""
+        if self.unsure_below is not None:
+            for r in results:
+                if r.confidence < self.unsure_below and "unsure" not in r.flags:
+                    r.flags.append("unsure")
+        return results
 
     def source_language(self, source_lang: str | None = None,
                         target_lang: str | None = None) -> str | None:

@@ -139,13 +139,15 @@ def source_tokens(served: ServedModel, texts: list[str], cfg: ServeConfig) -> li
 def translate_texts(served: ServedModel, decoding: DecodingConfig, direction: dict,
                     texts: list[str], need_attention: bool = False) -> list[TranslationResult]:
     base = served.translator
-    translator = Translator(base.model, base.tokenizers, decoding, None, base.directions, base.pair)
+    translator = Translator(base.model, base.tokenizers, decoding, None, base.directions, base.pair,
+                            base.calibration)
     return translator.translate_full(texts, need_attention, **direction)
 
 
 def result_json(r: TranslationResult) -> dict:
     """The fields of ``seq2seq-translate --output-format jsonl``, plus the total log-prob;
-    ``flags``: "skipped" (far fewer words than the source), "truncated" (a cut source)."""
+    ``flags``: "skipped" (far fewer words than the source), "truncated" (a cut source),
+    "unsure" (confidence below the model's calibrated threshold: ``/models``' ``unsure_below``)."""
     return {"src": r.src, "hyp": r.hyp, "score": r.score, "log_prob": r.log_prob,
             "confidence": r.confidence, "flags": r.flags,
             "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}

@@ -39,6 +39,8 @@ class ServedModel:
             "encoder_layers": arch.encoder_layers, "decoder_layers": arch.decoder_layers,
             "heads": arch.n_heads, "d_model": arch.d_model,
             "max_source_tokens": arch.max_positions - 1 - self.source_tag_tokens,
+            # outputs of lower confidence are flagged "unsure" (None: not calibrated)
+            "unsure_below": self.translator.unsure_below,
         }
 
     @property

@@ -162,6 +162,13 @@ function showTranslation() {
   $("translation").textContent = data.hyp;
   $("confidence").textContent = `model ${data.model} · score ${data.score.toFixed(3)} · ` +
     `confidence ${confidence(data.score)} (see the n-best list)`;
+  // "unsure": the output's confidence is below the model's calibrated threshold
+  const unsure = (data.flags || []).includes("unsure");
+  const threshold = (models.find((m) => m.name === data.model) || {}).unsure_below;
+  $("unsure").hidden = !unsure;
+  $("unsure").textContent = unsure ? `⚠ Unsure: confidence ${(100 * data.confidence).toFixed(1)}% ` +
+    `is below this model's threshold${threshold ? ` (${(100 * threshold).toFixed(1)}%)` : ""}. ` +
+    "The sentence is probably unlike what the model was trained on; the translation may be wrong." : "";
   $("nbest").replaceChildren(...data.nbest.map((n) => {
     const li = document.createElement("li");
     li.textContent = `${n.hyp} — score ${n.score.toFixed(3)}, confidence ${confidence(n.score)}`;
