@@ -38,7 +38,7 @@ from seq2seq.decoding.result import TranslationResult
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
-from seq2seq.model import Seq2Seq
+from seq2seq.model import Seq2Seq, compute
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -105,9 +105,12 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
-                        device: str | torch.device = "cpu") -> Translator:
+                        device: str | torch.device = "cpu",
+                        compute_type: str | None = None) -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
-        bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
+        bad file or a tokenizer whose bytes do not match its stored fingerprint). The model's
+        linear layers run in ``compute_type`` (default ``decoding.compute_type``; ``auto``
+        resolved, see :attr:`compute_type`; ``seq2seq.model.compute``)."""
         ckpt = load_checkpoint(path)
         meta = ckpt["seq2seq"]
         tokenizers = TokenizerPair.from_state(meta["tokenizers"])
@@ -117,13 +120,17 @@ class Translator:
             if size != tok.vocab_size:
                 raise ValueError(f"checkpoint {path}: the model has {size} {side} ids but its "
                                  f"{side} tokenizer {tok.vocab_size}")
-        return cls(model, tokenizers, decoding, device, directions_of(meta, f"checkpoint {path}"),
-                   (meta.get("src_lang"), meta.get("tgt_lang")))
+        translator = cls(model, tokenizers, decoding, device,
+                         directions_of(meta, f"checkpoint {path}"),
+                         (meta.get("src_lang"), meta.get("tgt_lang")))
+        compute.prepare(translator.model, compute_type or translator.decoding.compute_type)
+        return translator
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
                          decoding: DecodingConfig | None = None,
-                         device: str | torch.device = "cpu") -> Translator:
+                         device: str | torch.device = "cpu",
+                         compute_type: str | None = None) -> Translator:
         """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
         (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
@@ -132,8 +139,9 @@ class Translator:
         if not paths:
             raise ValueError("no checkpoints given")
         if len(paths) == 1:
-            return cls.from_checkpoint(paths[0], decoding, device)
-        members = [cls.from_checkpoint(p, device=device) for p in paths]
+            return cls.from_checkpoint(paths[0], decoding, device, compute_type)
+        compute_type = compute_type or (decoding or DecodingConfig()).compute_type
+        members = [cls.from_checkpoint(p, device=device, compute_type=compute_type) for p in paths]
         names = [str(p) for p in paths]
         check_ensemble(names, members)
         first = members[0]
@@ -160,6 +168,13 @@ class Translator:
         side = "src" if self.directions.tag_position == "source" else "tgt"
         tag_id = getattr(self.tokenizers, side).piece_id(tag_piece(tgt))
         return _Tag(source=tag_id) if side == "src" else _Tag(decoder=tag_id)
+
+    @property
+    def compute_type(self) -> str:
+        """How the model's linear layers multiply: ``float32``, ``int8`` or ``bfloat16``
+        (what ``auto`` became on this CPU)."""
+        models = getattr(self.model, "members", [self.model])
+        return getattr(models[0], "compute_type", "float32")
 
     @property
     def device(self) -> torch.device:
