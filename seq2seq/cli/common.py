@@ -150,3 +150,23 @@ def add_direction_args(ap: argparse.ArgumentParser | Any, extra: str = "") -> No
     ap.add_argument("--source-lang", "--src-lang", dest="source_lang", metavar="LANG",
                     help="the language of the input, where the model needs it: checked "
                          f"against the model's directions{extra}")
+
+
+def add_compute_type_argument(ap: argparse.ArgumentParser | Any) -> None:
+    """``--compute-type`` (dest ``compute_type``; None = ``DecodingConfig``'s default): how
+    the model's linear layers multiply, set once when the model loads."""
+    from typing import get_args
+
+    from seq2seq.config.decoding import ComputeType, DecodingConfig
+
+    ap.add_argument("--compute-type", choices=get_args(ComputeType), metavar="TYPE",
+                    help=f"{', '.join(get_args(ComputeType))}: the linear layers' arithmetic "
+                         "(CTranslate2's names; int8: weights per channel, activations per row; "
+                         "bfloat16: needs AVX-512 BF16 or AMX; auto: the fastest this CPU runs "
+                         f"natively for the model's size; default {DecodingConfig().compute_type})")
+
+
+def note_compute_type(prog: str, requested: str | None, chosen: str) -> None:
+    """One stderr line saying what ``--compute-type auto`` became on this machine."""
+    if requested == "auto":
+        print(f"{prog}: info: --compute-type auto: running {chosen} on this CPU", file=sys.stderr)

@@ -45,6 +45,7 @@ from seq2seq.cli.common import (
     check_device,
     check_output_file,
     check_replace,
+    note_compute_type,
     run_command,
 )
 from seq2seq.cli.evaluate_sets import TestSet, model_pairs, test_sets_of
@@ -269,7 +270,8 @@ def is_text_file(path: Path, probe: int = 1 << 16) -> bool:
 
 def search_name(decoding: DecodingConfig) -> str:
     """For file names: greedy and beam outputs of one model and test set must not collide."""
-    return f"beam{decoding.beam_size}" if decoding.method == "beam" else decoding.method
+    name = f"beam{decoding.beam_size}" if decoding.method == "beam" else decoding.method
+    return name if decoding.compute_type == "float32" else f"{name}.{decoding.compute_type}"
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -300,7 +302,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                   file=sys.stderr, flush=True)
         if path not in translators:  # once per model, whatever the number of directions
             translators[path] = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
+            note_compute_type(PROG, args.compute_type, translators[path].compute_type)
         r = evaluate_checkpoint(translators[path], path, test, hyp_file, args, pair)
+        r["compute_type"] = translators[path].compute_type
         if args.all_directions:
             r["directions_without_test_files"] = untested[path]
         if not args.quiet:

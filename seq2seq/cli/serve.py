@@ -22,7 +22,14 @@ import socket
 import sys
 import typing
 
-from seq2seq.cli.common import Parser, add_model_argument, check_device, run_command
+from seq2seq.cli.common import (
+    Parser,
+    add_compute_type_argument,
+    add_model_argument,
+    check_device,
+    note_compute_type,
+    run_command,
+)
 from seq2seq.config import ConfigError, ServeConfig
 from seq2seq.extras import install_hint
 
@@ -80,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="FILE" if dest == "api_keys" else None,
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_compute_type_argument(ap)  # a load-time option: requests cannot change it
     ap.add_argument("--log-level", default="info",
                     choices=["critical", "error", "warning", "info", "debug"])
     return ap
@@ -118,7 +126,9 @@ def run(args: argparse.Namespace) -> None:
               "with no authentication (see --api-keys)", file=sys.stderr)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    models = load_models(args.checkpoint, device=args.device)
+    models = load_models(args.checkpoint, device=args.device, compute_type=args.compute_type)
+    for served in models.values():
+        note_compute_type(PROG, args.compute_type, served.translator.compute_type)
     app = create_app(models, cfg)
     url = url_of(sock)
     ours, libre = (url + "/seq2seq", url) if cfg.api == "libretranslate" else (url, url + "/libretranslate")

@@ -40,10 +40,12 @@ from pathlib import Path
 import seq2seq.documents as documents
 from seq2seq.cli.common import (
     Parser,
+    add_compute_type_argument,
     add_direction_args,
     add_model_argument,
     check_device,
     check_output_file,
+    note_compute_type,
     run_command,
 )
 from seq2seq.config import DecodingConfig
@@ -82,6 +84,7 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--no-split", action="store_true",
                    help="translate each line as one sentence (for corpora of one sentence a "
                         "line); default: lines are cut into sentences, translated, put back")
+    add_compute_type_argument(g)
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
@@ -307,6 +310,7 @@ def _translate_document(args, decoding: DecodingConfig) -> None:
                              "comes back as a document")
     documents.plan_output(args.input, args.output, args.target_lang, True)  # before the model loads
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    note_compute_type(PROG, args.compute_type, translator.compute_type)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
     translator.tag_for(**direction)
     target = args.target_lang or translator.pair[1]
@@ -333,6 +337,7 @@ def run(args) -> None:
                          f"({', '.join(documents.SUFFIXES)}); text goes to stdout")
     lines = _open_input(args)
     translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    note_compute_type(PROG, args.compute_type, translator.compute_type)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
     translator.tag_for(**direction)  # an unknown direction: refused before any input is read
     if args.warn_below is not None:  # else the checkpoint's threshold, if it has one

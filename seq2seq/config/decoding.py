@@ -12,6 +12,10 @@ from typing import Literal
 
 from seq2seq.fields import ConfigError, check_fields, positive
 
+# how the model's linear layers multiply at inference (seq2seq.model.compute): CTranslate2's
+# compute_type names; "auto" = the fastest this CPU runs natively for the model's size
+ComputeType = Literal["float32", "int8", "bfloat16", "auto"]
+
 MAX_BEAM = 1000  # beam size and n-best: a beam of K keeps K x vocabulary scores per sentence
 
 
@@ -79,6 +83,10 @@ class DecodingConfig:
     # 45 and 162 of their 333 3-caption lines translated unsplit, where 75 and 103 lost 40%
     # of their words (docs/translation.md, scripts/bench/paragraphs.py)
     skip_ratio: float = 0.6
+    # a load-time setting: the model is prepared once (Translator.from_checkpoint); a
+    # server's requests cannot change it. int8/bfloat16 agree with float32 on ~95% of the
+    # shipped model's test outputs (docs/speed.md "Compute types")
+    compute_type: ComputeType = "float32"
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -123,6 +131,8 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
         over["beam_size"] = beam_size if beam_size > 1 else d.beam_size
     if getattr(args, "no_split", False):
         over["split_sentences"] = False
+    if getattr(args, "compute_type", None) is not None:  # a load-time option, not a request's
+        over["compute_type"] = args.compute_type
     method = over.get("method", d.method)
     if over.get("nbest", 1) > 1 and method == "greedy":
         raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")

@@ -40,7 +40,7 @@ from seq2seq.decoding.result import TranslationResult
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
-from seq2seq.model import Seq2Seq
+from seq2seq.model import Seq2Seq, compute
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -113,15 +113,19 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
-                        device: str | torch.device = "cpu") -> Translator:
+                        device: str | torch.device = "cpu",
+                        compute_type: str | None = None) -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
-        bad file or a tokenizer whose bytes do not match its stored fingerprint)."""
+        bad file or a tokenizer whose bytes do not match its stored fingerprint). The model's
+        linear layers run in ``compute_type`` (default ``decoding.compute_type``; ``auto``
+        resolved, see :attr:`compute_type`; ``seq2seq.model.compute``)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
-        return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model)
+        return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type)
 
     @classmethod
     def from_loaded(cls, ckpt: dict, where: str, decoding: DecodingConfig | None = None,
-                    device: str | torch.device = "cpu", model=None) -> Translator:
+                    device: str | torch.device = "cpu", model=None,
+                    compute_type: str | None = None) -> Translator:
         """:meth:`from_checkpoint` of a checkpoint already loaded (and verified); ``model``:
         the one built from it, if any."""
         meta = ckpt["seq2seq"]
@@ -132,13 +136,16 @@ class Translator:
             if size != tok.vocab_size:
                 raise ValueError(f"{where}: the model has {size} {side} ids but its "
                                  f"{side} tokenizer {tok.vocab_size}")
-        return cls(model, tokenizers, decoding, device, directions_of(meta, where),
-                   (meta.get("src_lang"), meta.get("tgt_lang")), calibration_of(meta, where))
+        translator = cls(model, tokenizers, decoding, device, directions_of(meta, where),
+                         (meta.get("src_lang"), meta.get("tgt_lang")), calibration_of(meta, where))
+        compute.prepare(translator.model, compute_type or translator.decoding.compute_type)
+        return translator
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
                          decoding: DecodingConfig | None = None,
-                         device: str | torch.device = "cpu") -> Translator:
+                         device: str | torch.device = "cpu",
+                         compute_type: str | None = None) -> Translator:
         """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
         (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
@@ -148,8 +155,9 @@ class Translator:
         if not paths:
             raise ValueError("no checkpoints given")
         if len(paths) == 1:
-            return cls.from_checkpoint(paths[0], decoding, device)
-        members = [cls.from_checkpoint(p, device=device) for p in paths]
+            return cls.from_checkpoint(paths[0], decoding, device, compute_type)
+        compute_type = compute_type or (decoding or DecodingConfig()).compute_type
+        members = [cls.from_checkpoint(p, device=device, compute_type=compute_type) for p in paths]
         names = [str(p) for p in paths]
         check_ensemble(names, members)
         first = members[0]
@@ -176,6 +184,13 @@ class Translator:
         side = "src" if self.directions.tag_position == "source" else "tgt"
         tag_id = getattr(self.tokenizers, side).piece_id(tag_piece(tgt))
         return _Tag(source=tag_id) if side == "src" else _Tag(decoder=tag_id)
+
+    @property
+    def compute_type(self) -> str:
+        """How the model's linear layers multiply: ``float32``, ``int8`` or ``bfloat16``
+        (what ``auto`` became on this CPU)."""
+        models = getattr(self.model, "members", [self.model])
+        return getattr(models[0], "compute_type", "float32")
 
     @property
     def device(self) -> torch.device:

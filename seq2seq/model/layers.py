@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import attention, reference_attention
 from seq2seq.model.cache import KV, DecoderCache
+from seq2seq.model.compute import linear
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
@@ -109,7 +110,7 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
         """Keys ``(B, H, S, d_k)`` and values ``(B, H, S, d_v)`` of ``x (B, S, d_model)``."""
-        k, v = self.w_kv(x).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+        k, v = linear(self.w_kv, x).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
         k, v = self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
         if self.rope is not None:
             k = self.rope(k, start)
@@ -126,7 +127,7 @@ class MultiHeadAttention(nn.Module):
         """Queries from ``x (B, L, d_model)`` at positions ``start..`` attend over projected
         ``kv = (K (B,H,S,d_k), V (B,H,S,d_v))``. Returns ``(B, L, d_model)`` and, on request,
         weights ``(B, H, L, S)``."""
-        q = self.split_heads(self.w_q(x), self.d_k)
+        q = self.split_heads(linear(self.w_q, x), self.d_k)
         if self.rope is not None:
             q = self.rope(q, start)
         p = self.dropout_p if self.training else 0.0
@@ -135,7 +136,7 @@ class MultiHeadAttention(nn.Module):
         else:
             out, weights = attention(q, *kv, mask, dropout_p=p), None
         B, _, L, _ = out.shape
-        return self.w_o(out.transpose(1, 2).reshape(B, L, self.h * self.d_v)), weights
+        return linear(self.w_o, out.transpose(1, 2).reshape(B, L, self.h * self.d_v)), weights
 
 
 class FeedForward(nn.Module):
@@ -149,7 +150,7 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(arch.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.dropout(self.act(self.w1(x))))
+        return linear(self.w2, self.dropout(self.act(linear(self.w1, x))))
 
 
 # ---------------------------------------------------------------- layers

@@ -13,7 +13,8 @@ layer on 2-D and 3-D tensors:
   padding mask ``(M*H, 1, S)`` are laid out once per cache (``DecoderCache.cross_layout``),
   so a step is one ``baddbmm`` (mask + scaled scores), softmax and one ``bmm`` for the
   ``g`` rows (beams) that share a memory row;
-- norms, activations and residuals as the layers have them (``Residual.pre``).
+- norms, activations and residuals as the layers have them (``Residual.pre``);
+- every linear layer through ``compute.linear`` (the model's compute type).
 
 ``Seq2Seq.decode_hidden`` takes this path for a one-token cached step in eval mode with
 no weights requested and sinusoidal or learned positions; everything else, and the
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.model.cache import DecoderCache
+from seq2seq.model.compute import linear
 from seq2seq.model.layers import DecoderLayer, Embedding, MultiHeadAttention
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
@@ -58,12 +60,12 @@ def sublayer(block: Residual, x: Tensor, f) -> Tensor:
 def self_attention(attn: MultiHeadAttention, h: Tensor, cache: DecoderCache, layer: int) -> Tensor:
     """One new query per row over the row's cached positions plus itself. ``h (R, d_model)``."""
     R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
-    q = F.linear(h, attn.w_q.weight, attn.w_q.bias).view(R * H, 1, d_k)
-    k, v = F.linear(h, attn.w_kv.weight, attn.w_kv.bias).split([H * d_k, H * d_v], dim=-1)
+    q = linear(attn.w_q, h).view(R * H, 1, d_k)
+    k, v = linear(attn.w_kv, h).split([H * d_k, H * d_v], dim=-1)
     K, V = cache.append(layer, k.view(R, H, 1, d_k), v.view(R, H, 1, d_v))  # (R, H, P+1, d)
     scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
     out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))  # (R*H, 1, d_v)
-    return F.linear(out.view(R, H * d_v), attn.w_o.weight, attn.w_o.bias)
+    return linear(attn.w_o, out.view(R, H * d_v))
 
 
 def cross_attention(attn: MultiHeadAttention, h: Tensor, layout: tuple[Tensor, Tensor, Tensor],
@@ -72,11 +74,11 @@ def cross_attention(attn: MultiHeadAttention, h: Tensor, layout: tuple[Tensor, T
     R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
     k_t, v, bias = layout  # (M*H, d_k, S), (M*H, S, d_v), (M*H, 1, S)
     g = R // M
-    q = F.linear(h, attn.w_q.weight, attn.w_q.bias).view(M, g, H, d_k).transpose(1, 2)
+    q = linear(attn.w_q, h).view(M, g, H, d_k).transpose(1, 2)
     scores = torch.baddbmm(bias, q.reshape(M * H, g, d_k), k_t, alpha=1.0 / math.sqrt(d_k))
     out = torch.bmm(torch.softmax(scores, dim=-1), v)  # (M*H, g, d_v)
     out = out.view(M, H, g, d_v).transpose(1, 2).reshape(R, H * d_v)
-    return F.linear(out, attn.w_o.weight, attn.w_o.bias)
+    return linear(attn.w_o, out)
 
 
 def layer_step(layer: DecoderLayer, x: Tensor, cache: DecoderCache, index: int) -> Tensor:
@@ -88,7 +90,7 @@ def layer_step(layer: DecoderLayer, x: Tensor, cache: DecoderCache, index: int) 
     with phase("seq2seq.decoder.cross_attn"):
         x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
     with phase("seq2seq.decoder.ffn"):
-        return sublayer(layer.ff_block, x, lambda h: ff.w2(ff.act(ff.w1(h))))
+        return sublayer(layer.ff_block, x, lambda h: linear(ff.w2, ff.act(linear(ff.w1, h))))
 
 
 def decoder_step(model, tokens: Tensor, cache: DecoderCache) -> Tensor:

@@ -15,6 +15,7 @@ import seq2seq.model.step as step
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import KV, DecoderCache
+from seq2seq.model.compute import linear
 from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
 from seq2seq.model.norms import final_norm
 from seq2seq.model.packed import PackedProjection
@@ -103,6 +104,7 @@ class Seq2Seq(nn.Module):
         if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
         self.packed_output = PackedProjection()  # inference's copy of it; not a weight
+        self.compute_type = "float32"  # how the linear layers multiply (model/compute.py:prepare)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -148,11 +150,14 @@ class Seq2Seq(nn.Module):
         """
         hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
         with phase("seq2seq.output_projection"):
-            return self.output(hidden), cache
+            return linear(self.output, hidden), cache
 
     def project(self, hidden: Tensor) -> Tensor:
         """Logits ``(r, V)`` of decoder states ``hidden (r, d_model)``: the output projection,
-        through a prepacked weight at inference on CPU (``model/packed.py``)."""
+        through a prepacked weight at inference on CPU (``model/packed.py``), or the kernel
+        of the model's compute type (``model/compute.py``)."""
+        if self.output.__dict__.get("kernel") is not None:
+            return linear(self.output, hidden)
         return self.packed_output(self.output, hidden)
 
     def decode_hidden(
@@ -191,7 +196,7 @@ class Seq2Seq(nn.Module):
         memory = self.encode(src, src_mask)
         y, _ = self.decode_hidden(tgt_in, memory, src_mask)
         y = y if keep is None else y[keep]
-        return self.output(y) if project else y
+        return linear(self.output, y) if project else y
 
     @torch.no_grad()
     def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:

@@ -38,6 +38,7 @@ class ServedModel:
             "directions": [f"{a}-{b}" for a, b in self.pairs], "multilingual": self.multilingual,
             "encoder_layers": arch.encoder_layers, "decoder_layers": arch.decoder_layers,
             "heads": arch.n_heads, "d_model": arch.d_model,
+            "compute_type": self.translator.compute_type,
             "max_source_tokens": arch.max_positions - 1 - self.source_tag_tokens,
             # outputs of lower confidence are flagged "unsure" (None: not calibrated)
             "unsure_below": self.translator.unsure_below,
@@ -61,15 +62,17 @@ def parse_spec(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def load_models(specs: list[str], device: str | torch.device = "cpu") -> dict[str, ServedModel]:
-    """One ``ServedModel`` per ``-m`` spec, in order (the first is the default)."""
+def load_models(specs: list[str], device: str | torch.device = "cpu",
+                compute_type: str | None = None) -> dict[str, ServedModel]:
+    """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each with
+    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default)."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
         if name in models:
             raise ValueError(f"-m {spec}: a model named {name!r} was given twice; name them "
                              "with -m NAME=PATH")
-        translator = Translator.from_checkpoint(path, device=device)
+        translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type)
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"
