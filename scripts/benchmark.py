@@ -38,6 +38,22 @@ def sizes(text: str) -> tuple[int, ...]:
     return values
 
 
+def compute_types(text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    wrong = [v for v in values if v not in ("float32", "int8", "bfloat16")]
+    if not values or wrong:
+        raise argparse.ArgumentTypeError(f"expected float32, int8 or bfloat16 separated by "
+                                         f"commas, got {text!r}")
+    return values
+
+
+def peers(text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip() and v.strip() != "none")
+    if any(v not in ("hf", "ct2") for v in values):
+        raise argparse.ArgumentTypeError(f"expected hf, ct2 or none, got {text!r}")
+    return values
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,6 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="padded source tokens per decoding batch, comma-separated: each engine "
                          "tries every size and reports its fastest (default "
                          f"{','.join(map(str, DEFAULTS.decode_max_tokens))})")
+    ap.add_argument("--compute-types", type=compute_types, default=DEFAULTS.compute_types,
+                    help="decode section: our and CTranslate2's rows at each of these compute "
+                         "types, comma-separated from float32,int8,bfloat16 (default float32; "
+                         "CTranslate2 int8 is always timed)")
+    ap.add_argument("--peers", type=peers, default=DEFAULTS.peers,
+                    help="decode section: the other engines to time, comma-separated from "
+                         "hf,ct2 (default both; 'none' for ours only)")
     ap.add_argument("--beam", dest="beam_size", type=int, default=DEFAULTS.beam_size,
                     help=f"beam size (default {DEFAULTS.beam_size})")
     ap.add_argument("--force-length", type=int, default=DEFAULTS.force_length,

@@ -397,3 +397,37 @@ def test_separate_vocabularies(tmp_path):
                         decoder_input_ids=tgt_in).logits
         torch.testing.assert_close(model(enc.input_ids, tgt_in), theirs, atol=1e-4, rtol=0)
     assert len(Translator.from_checkpoint(tmp_path / "sep.ckpt").translate(sentences(3))) == 3
+
+
+class _Logits(torch.nn.Module):
+    """A stand-in for either side of ``check_equal``: logits from one weight, plus ``noise``
+    in float32 only (rounding) and ``offset`` in every dtype (a real difference)."""
+
+    def __init__(self, noise: float = 0.0, offset: float = 0.0):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-1, 1, 11))
+        self.noise, self.offset = noise, offset
+        self.arch = type("Arch", (), {"src_vocab_size": 11, "tgt_vocab_size": 11, "pad_id": 0,
+                                      "eos_id": 2, "bos_id": 1})()
+
+    def forward(self, src=None, tgt=None, input_ids=None, attention_mask=None,
+                decoder_input_ids=None):
+        tgt = decoder_input_ids if decoder_input_ids is not None else tgt
+        out = self.w[tgt].unsqueeze(-1) * 50 + self.offset
+        if self.w.dtype == torch.float32:
+            out = out + self.noise
+        return type("Out", (), {"logits": out})() if input_ids is not None else out
+
+
+def test_import_check_tells_float32_rounding_from_a_real_difference():
+    """A large model's float32 logits may differ from HF's by more than the tolerance through
+    summation order alone (a random d512 6+6 model: 0.0074 in float32, 1.8e-11 in float64);
+    such an import is accepted, a difference that stays in float64 is refused."""
+    from seq2seq.hf_import import check_equal
+
+    check_equal(_Logits(noise=0.01), _Logits())  # rounding: gone in float64
+    with pytest.raises(RuntimeError, match="differs from the Hugging Face one"):
+        check_equal(_Logits(offset=0.01), _Logits())
+    marian, ours = _Logits(noise=0.01), _Logits()
+    check_equal(marian, ours)
+    assert marian.w.dtype == ours.w.dtype == torch.float32  # both given back in float32

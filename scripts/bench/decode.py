@@ -51,6 +51,18 @@ def ours_specs(ckpt_path: str, beam_size: int) -> list[Row]:
                 {**base, "beam_size": beam_size, "stopping": "patience"})]
 
 
+def compute_specs(ckpt_path: str, beam_size: int, compute_types: Sequence[str]) -> list[Row]:
+    """Our greedy and patience-1 beam (CTranslate2's stop) at each other compute type."""
+    rows = []
+    for ct in compute_types:
+        if ct != "float32":
+            base = {"engine": "ours", "checkpoint": ckpt_path, "compute_type": ct}
+            rows += [Row(f"ours {ct}", "greedy", base),
+                     Row(f"ours {ct}", f"beam {beam_size}, patience 1",
+                         {**base, "beam_size": beam_size, "stopping": "patience"})]
+    return rows
+
+
 def cache_specs(ckpt_path: str, force_length: int, subset: str) -> list[Row]:
     """Our greedy with and without the KV cache, at natural lengths and forced lengths."""
     rows = []
@@ -81,8 +93,9 @@ def hf_specs(model: Seq2Seq, ckpt_path: str, beam_size: int, skipped: list[str])
 
 
 def ct2_specs(model: Seq2Seq, src_vocab: Sequence[str], tgt_vocab: Sequence[str], beam_size: int,
-              workdir: str, skipped: list[str]) -> list[Row]:
-    """CTranslate2 float32 and int8 (quantized at load) rows on one exported model."""
+              workdir: str, skipped: list[str], compute_types: Sequence[str] = ()) -> list[Row]:
+    """CTranslate2 float32 and int8 (quantized at load) rows on one exported model, and
+    bfloat16 when asked."""
     if optional("ctranslate2") is None:
         skipped.append("ctranslate2 not installed: CTranslate2 rows skipped")
         return []
@@ -91,7 +104,14 @@ def ct2_specs(model: Seq2Seq, src_vocab: Sequence[str], tgt_vocab: Sequence[str]
     path = to_ctranslate2(model, Path(workdir) / "ct2", src_vocab=src_vocab, tgt_vocab=tgt_vocab)
     never = [tgt_vocab[model.arch.pad_id], tgt_vocab[model.arch.bos_id]]  # ours never outputs them
     rows = []
-    for compute_type in ("float32", "int8"):
+    import ctranslate2  # which types this CPU runs: CTranslate2 refuses bfloat16 on most CPUs
+
+    offered = ctranslate2.get_supported_compute_types("cpu")
+    if "bfloat16" in compute_types and "bfloat16" not in offered:
+        skipped.append(f"CTranslate2 bfloat16 rows skipped: not offered on this CPU "
+                       f"(it offers {', '.join(sorted(offered))})")
+    for compute_type in ("float32", "int8",
+                         *(["bfloat16"] if "bfloat16" in compute_types and "bfloat16" in offered else [])):
         base = {"engine": "ct2", "ct2_path": str(path), "compute_type": compute_type,
                 "tgt_vocab": list(tgt_vocab), "never": never, "no_repeat_ngram": NO_REPEAT_NGRAM}
         rows += [Row(f"CTranslate2 {compute_type}", "greedy", base),
@@ -130,6 +150,7 @@ def compare(rows: list[dict]) -> None:
 def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str], *,
                    repeats: int = 3, threads: int = 1, max_tokens: Sequence[int] = (2000,),
                    beam_size: int = 5, force_length: int = 50, uncached_limit: int | None = 200,
+                   compute_types: Sequence[str] = ("float32",), peers: Sequence[str] = ("hf", "ct2"),
                    log: Log = print) -> dict:
     """The decode section, every row in its own process: rows (with ratios and targets) and
     notes. ``max_tokens``: the batch sizes each engine tries; a row reports its fastest."""
@@ -144,8 +165,10 @@ def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str
     sub_sweep = {max_tokens[0]: make_batches(ids[:n_sub], max_tokens[0], model.arch)}
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as workdir:
-        specs = [*ours_specs(ckpt_path, beam_size), *hf_specs(model, ckpt_path, beam_size, skipped),
-                 *ct2_specs(model, src_vocab, tgt_vocab, beam_size, workdir, skipped)]
+        specs = [*ours_specs(ckpt_path, beam_size), *compute_specs(ckpt_path, beam_size, compute_types),
+                 *(hf_specs(model, ckpt_path, beam_size, skipped) if "hf" in peers else []),
+                 *(ct2_specs(model, src_vocab, tgt_vocab, beam_size, workdir, skipped, compute_types)
+                   if "ct2" in peers else [])]
         rows = [timed_row(r, sweep, threads, repeats, log) for r in specs]
         cache = [r for r in cache_specs(ckpt_path, force_length, subset)
                  if not (subset == "all" and r.engine == "ours" and r.search == "greedy")]

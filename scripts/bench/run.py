@@ -63,6 +63,8 @@ class Options:
     repeats: int = 3
     threads: int = 1
     decode_max_tokens: tuple[int, ...] = (1000, 2000, 4000)  # batch sizes each engine tries
+    compute_types: tuple[str, ...] = ("float32",)  # ours and CTranslate2 at each (decode)
+    peers: tuple[str, ...] = ("hf", "ct2")  # the other engines the decode section times
     beam_size: int = 5
     force_length: int = 50
     uncached_limit: int | None = 200
@@ -85,7 +87,8 @@ def decode_section(ckpt: dict, opts: Options, log: Log) -> dict:
     res = bench_decoding(opts.checkpoint, ckpt, texts, repeats=opts.repeats,
                          threads=opts.threads, max_tokens=opts.decode_max_tokens,
                          beam_size=opts.beam_size, force_length=opts.force_length,
-                         uncached_limit=opts.uncached_limit, log=log)
+                         uncached_limit=opts.uncached_limit,
+                         compute_types=opts.compute_types, peers=opts.peers, log=log)
     log("\n" + decode_table(res, f"Decoding: Multi30k {TEST_SPLIT} {pair(ckpt)}, {len(texts)} "
                             f"sentences, {opts.threads} thread(s)"))
     for row in res["rows"]:
