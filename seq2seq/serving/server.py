@@ -20,7 +20,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
@@ -146,18 +146,29 @@ def uvicorn_config(app: FastAPI, log_level: str) -> uvicorn.Config:
     return config
 
 
+class Pending(list):
+    """Signals recorded by :func:`deferred_signals`; ``on_signal`` (if set) runs at each."""
+
+    on_signal: Callable[[], None] | None = None
+
+
 @contextmanager
-def deferred_signals() -> Iterator[list[int]]:
+def deferred_signals() -> Iterator[Pending]:
     """SIGINT and SIGTERM inside the block are recorded (the yielded list), not acted on;
     after it the earlier handlers are back and the first recorded signal is raised to them.
     uvicorn's set-up reconfigures logging, and a KeyboardInterrupt there can land between a
     log handler's acquire and release: a RuntimeError and a traceback, not Ctrl-C's exit."""
+    pending = Pending()
     if threading.current_thread() is not threading.main_thread():  # signals: main thread only
-        yield []
+        yield pending
         return
-    pending: list[int] = []
-    earlier = {sig: signal.signal(sig, lambda s, _frame: pending.append(s))
-               for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def record(sig: int, _frame) -> None:
+        pending.append(sig)
+        if pending.on_signal is not None:
+            pending.on_signal()
+
+    earlier = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield pending
     finally:
@@ -173,6 +184,9 @@ def serve(app: FastAPI, sock: socket.socket, log_level: str = "info") -> None:
     here :func:`deferred_signals`'s) or before the server starts if it came during set-up."""
     with deferred_signals() as pending:
         server = uvicorn.Server(uvicorn_config(app, log_level))
+        # A signal after this check but before uvicorn puts its own handlers in place would be
+        # recorded while the server serves on: it asks the server to stop, as uvicorn's would.
+        pending.on_signal = lambda: setattr(server, "should_exit", True)
         if not pending:
             server.run(sockets=[sock])
 
