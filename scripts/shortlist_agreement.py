@@ -73,7 +73,7 @@ def measure(name: str, settings: list[tuple[int, int]], args) -> list[dict]:
     entries = {s: shortlist_entry(ckpt, ShortlistConfig(per_source=s[0], frequent=s[1],
                                                         score=args.score)) for s in settings}
     rows = []
-    for search, decoding in SEARCHES.items():
+    for search, decoding in ((s, SEARCHES[s]) for s in args.searches.split(",")):
         full = Translator.from_loaded(ckpt, name, decoding)
         reference = full.translate(texts)
         for (k, n), entry in entries.items():
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--settings", type=settings_of, default=settings_of("20:100,50:300"),
                     help="K:N pairs, comma-separated")
     ap.add_argument("--score", default=ShortlistConfig().score, choices=("dice", "conditional"))
+    ap.add_argument("--searches", default=",".join(SEARCHES), help="greedy, beam 5 or both")
     ap.add_argument("--limit", type=int, help="the test set's first N lines only")
     ap.add_argument("--timing", action="store_true", help="add a rough CPU-time ratio")
     ap.add_argument("--repeats", type=int, default=3)
