@@ -252,3 +252,21 @@ def test_decoding_flag_sets_the_config():
     on = decoding_from_args(build_parser().parse_args(["-m", "x", "--shortlist"]))
     off = decoding_from_args(build_parser().parse_args(["-m", "x"]))
     assert on == dataclasses.replace(off, shortlist=True) and not off.shortlist
+
+
+def test_multilingual_model_needs_a_corpus_and_keeps_its_tags(corpus, tmp_path, one_thread):
+    """Its default corpus is unknown (refused, naming --source); with one, the target
+    vocabulary's language tags are always candidates."""
+    from helpers import save_multilingual_checkpoint
+    from seq2seq.data.tokenizer import TokenizerPair
+
+    path = save_multilingual_checkpoint(tmp_path / "multi.ckpt", "all:en,de,fr", "decoder")
+    code, _, err = run_main(shortlist_main, ["-m", str(path), "-o", str(tmp_path / "a.ckpt")])
+    assert code == 2 and "--source" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_main(shortlist_main, ["-m", str(path), "-o", str(tmp_path / "b.ckpt"),
+                                             "--source", str(corpus[0]), "--target", str(corpus[1])])
+    assert code == 0, err
+    meta = load_checkpoint(tmp_path / "b.ckpt")["seq2seq"]
+    tgt = TokenizerPair.from_state(meta["tokenizers"]).tgt
+    tags = {tgt.piece_id(f"<2{lang}>") for lang in ("en", "de", "fr")}
+    assert tags <= set(meta["shortlist"]["frequent"].tolist())
