@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import (
+    multi30k_lines,
+    run_main,
+    save_tiny_checkpoint,
+    tiny_random_model,
+    tiny_tokenizers,
+)
 
-from helpers import multi30k_lines, run_main, save_tiny_checkpoint, tiny_random_model, tiny_tokenizers
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_atomic
 from seq2seq.cli.shortlist import main as shortlist_main
 from seq2seq.cli.translate import main as translate_main
@@ -258,6 +264,7 @@ def test_multilingual_model_needs_a_corpus_and_keeps_its_tags(corpus, tmp_path, 
     """Its default corpus is unknown (refused, naming --source); with one, the target
     vocabulary's language tags are always candidates."""
     from helpers import save_multilingual_checkpoint
+
     from seq2seq.data.tokenizer import TokenizerPair
 
     path = save_multilingual_checkpoint(tmp_path / "multi.ckpt", "all:en,de,fr", "decoder")
