@@ -13,6 +13,7 @@ shortlist runs interleaved ``--repeats`` times): rough, not a benchmark.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import time
@@ -74,6 +75,8 @@ def measure(name: str, settings: list[tuple[int, int]], args) -> list[dict]:
                                                         score=args.score)) for s in settings}
     rows = []
     for search, decoding in ((s, SEARCHES[s]) for s in args.searches.split(",")):
+        if args.max_tokens:
+            decoding = dataclasses.replace(decoding, max_tokens=args.max_tokens)
         full = Translator.from_loaded(ckpt, name, decoding)
         reference = full.translate(texts)
         for (k, n), entry in entries.items():
@@ -87,7 +90,8 @@ def measure(name: str, settings: list[tuple[int, int]], args) -> list[dict]:
                    "bleu_full": round(bleu(reference, refs).score, 2),
                    "bleu_shortlist": round(bleu(out, refs).score, 2),
                    "mean_candidates": round(sum(counting.sizes) / len(counting.sizes), 1),
-                   "vocabulary": full.model.arch.tgt_vocab_size, "batches": len(counting.sizes)}
+                   "vocabulary": full.model.arch.tgt_vocab_size, "batches": len(counting.sizes),
+                   "max_tokens": decoding.max_tokens}
             if args.timing:
                 row["rough_cpu_time_ratio"] = rough_ratio(full, short, texts, args.repeats)
             rows.append(row)
@@ -108,6 +112,8 @@ def main() -> None:
                     help="K:N pairs, comma-separated")
     ap.add_argument("--score", default=ShortlistConfig().score, choices=("dice", "conditional"))
     ap.add_argument("--searches", default=",".join(SEARCHES), help="greedy, beam 5 or both")
+    ap.add_argument("--max-tokens", type=int, help="padded source tokens per batch "
+                    f"(default {DecodingConfig().max_tokens}): smaller batches, fewer candidates")
     ap.add_argument("--limit", type=int, help="the test set's first N lines only")
     ap.add_argument("--timing", action="store_true", help="add a rough CPU-time ratio")
     ap.add_argument("--repeats", type=int, default=3)

@@ -277,3 +277,19 @@ def test_multilingual_model_needs_a_corpus_and_keeps_its_tags(corpus, tmp_path, 
     tgt = TokenizerPair.from_state(meta["tokenizers"]).tgt
     tags = {tgt.piece_id(f"<2{lang}>") for lang in ("en", "de", "fr")}
     assert tags <= set(meta["shortlist"]["frequent"].tolist())
+
+
+def test_server_models_load_with_the_shortlist(ckpt, corpus, tmp_path, one_thread):
+    """``seq2seq-serve --shortlist``: each served model decodes over its table, /models says so;
+    a model without one is refused at start-up."""
+    from seq2seq.serving.models import load_models
+
+    out = tmp_path / "sl.ckpt"
+    code, _, err = run_main(shortlist_main, ["-m", str(ckpt), "-o", str(out), "--source",
+                                             str(corpus[0]), "--target", str(corpus[1])])
+    assert code == 0, err
+    models = load_models([f"a={out}"], shortlist=True)
+    assert models["a"].describe()["shortlist"] is True
+    assert load_models([f"a={out}"])["a"].describe()["shortlist"] is False
+    with pytest.raises(ValueError, match="no shortlist table"):
+        load_models([f"raw={ckpt}"], shortlist=True)
