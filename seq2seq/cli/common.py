@@ -172,7 +172,7 @@ def add_shortlist_argument(ap: argparse.ArgumentParser | Any) -> None:
     ap.add_argument("--shortlist", action="store_true", default=None,
                     help="compute each batch's output only over the target pieces its source "
                          "pieces can produce (the checkpoint's table: seq2seq-shortlist); "
-                         "faster, changes a few outputs (default off)")
+                         "computes fewer output rows; changes some outputs (default off)")
 
 
 def note_compute_type(prog: str, requested: str | None, chosen: str) -> None:
