@@ -21,7 +21,9 @@ count), (format 2) ``checksum``, a SHA-256 over the config, the tokenizer finger
 languages and the weights, still matches (an edited ``n_heads`` changes no shape, so only
 the checksum can tell), and only then is every weight compared with the shape the config
 needs. Format 1 files (no checksum) still load. Format 3 is format 2 with a ``calibration``
-entry (``seq2seq-calibrate``: the "unsure" threshold), under the checksum too.
+entry (``seq2seq-calibrate``: the "unsure" threshold), under the checksum too; format 4
+has a ``shortlist`` entry (``seq2seq-shortlist``: the vocabulary shortlist's lexical table,
+its tensors under the checksum), with or without a calibration.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from seq2seq.shipped import find_model
 
 FORMAT = 2  # 2 adds "checksum"; 1 (without) still loads
 CALIBRATED_FORMAT = 3  # 2 + "calibration" (older readers refuse it by format, not as edited)
-READABLE_FORMATS = (1, 2, 3)
+SHORTLIST_FORMAT = 4  # 2 + "shortlist" (its tensors are hashed: older sums would differ)
+READABLE_FORMATS = (1, 2, 3, 4)
 PREFIX = "model."  # the LightningModule holds the Seq2Seq as ``self.model``
 TIED = ("output.weight", "tgt_embed.tokens.weight")  # may be stored under one name only
 
@@ -146,18 +149,26 @@ def checksum(ckpt: dict[str, Any]) -> str:
         if meta.get(key) is not None:
             head[key] = meta[key]
     head["tokenizers"] = {side: meta["tokenizers"][side]["sha256"] for side in ("src", "tgt")}
+    shortlist = meta.get("shortlist")
+    tensors = {}  # the shortlist's table and frequent ids, hashed as weights are
+    if isinstance(shortlist, dict):
+        head["shortlist"] = {k: v for k, v in shortlist.items() if not isinstance(v, torch.Tensor)}
+        tensors = {f"shortlist.{k}": v for k, v in shortlist.items() if isinstance(v, torch.Tensor)}
     h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
-    state = ckpt["state_dict"]
-    for key in sorted(k for k in state if k.startswith(PREFIX)):
-        t = state[key].detach().cpu().contiguous().reshape(-1)
-        h.update(f"{key}|{t.dtype}|{tuple(state[key].shape)}|".encode())
+    state = {k: v for k, v in ckpt["state_dict"].items() if k.startswith(PREFIX)}
+    for key, value in sorted({**state, **tensors}.items()):  # "model." < "shortlist."
+        t = value.detach().cpu().contiguous().reshape(-1)
+        h.update(f"{key}|{t.dtype}|{tuple(value.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy())
     return h.hexdigest()
 
 
 def seal(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Mark ``ckpt`` (in place) as format 2 (3 with a calibration) with its checksum; returns it."""
-    ckpt["seq2seq"]["format"] = CALIBRATED_FORMAT if "calibration" in ckpt["seq2seq"] else FORMAT
+    """Mark ``ckpt`` (in place) as format 2 (3 with a calibration, 4 with a shortlist) with
+    its checksum; returns it."""
+    meta = ckpt["seq2seq"]
+    meta["format"] = (SHORTLIST_FORMAT if "shortlist" in meta
+                      else CALIBRATED_FORMAT if "calibration" in meta else FORMAT)
     ckpt["seq2seq"]["checksum"] = checksum(ckpt)
     return ckpt
 
@@ -249,6 +260,7 @@ def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
     except DirectionError as e:
         raise CheckpointError(str(e)) from None
     calibration_of(meta, where)
+    shortlist_of(meta, arch, where)
     state = ckpt.get("state_dict")
     if not isinstance(state, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
@@ -289,6 +301,32 @@ def calibration_of(meta: dict[str, Any], where: str = "checkpoint") -> dict[str,
             isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in entry.items()):
         raise CheckpointError(f"{where}: 'calibration' must map names to plain values with a "
                               f"'threshold' in (0, 1], got {entry!r:.200}; re-run seq2seq-calibrate")
+    return entry
+
+
+def shortlist_of(meta: dict[str, Any], arch: ModelConfig,
+                 where: str = "checkpoint") -> dict[str, Any] | None:
+    """The ``shortlist`` entry (``seq2seq-shortlist``), checked: ``table`` an integer tensor
+    ``(src_vocab_size, K)`` and ``frequent`` one ``(N,)``, both of target ids, besides plain
+    values; ``None`` when the checkpoint has none."""
+    entry = meta.get("shortlist")
+    if entry is None:
+        return None
+    table = entry.get("table") if isinstance(entry, dict) else None
+    frequent = entry.get("frequent") if isinstance(entry, dict) else None
+    ok = (isinstance(table, torch.Tensor) and isinstance(frequent, torch.Tensor)
+          and not table.is_floating_point() and not frequent.is_floating_point()
+          and table.dim() == 2 and table.shape[0] == arch.src_vocab_size and table.shape[1] > 0
+          and frequent.dim() == 1 and all(
+              isinstance(k, str) and isinstance(v, (str, int, float))
+              for k, v in entry.items() if k not in ("table", "frequent")))
+    if ok:
+        ids = torch.cat((table.reshape(-1), frequent)).long()
+        ok = ids.numel() == 0 or (int(ids.min()) >= 0 and int(ids.max()) < arch.tgt_vocab_size)
+    if not ok:
+        raise CheckpointError(f"{where}: 'shortlist' must hold 'table', integer target ids "
+                              f"({arch.src_vocab_size}, K), 'frequent', integer target ids (N,), "
+                              "and plain values; re-run seq2seq-shortlist")
     return entry
 
 

@@ -166,6 +166,15 @@ def add_compute_type_argument(ap: argparse.ArgumentParser | Any) -> None:
                          f"natively for the model's size; default {DecodingConfig().compute_type})")
 
 
+def add_shortlist_argument(ap: argparse.ArgumentParser | Any) -> None:
+    """``--shortlist`` (dest ``shortlist``): decode over each batch's candidates of the
+    checkpoint's lexical table (``seq2seq-shortlist``), set once when the model loads."""
+    ap.add_argument("--shortlist", action="store_true", default=None,
+                    help="compute each batch's output only over the target pieces its source "
+                         "pieces can produce (the checkpoint's table: seq2seq-shortlist); "
+                         "computes fewer output rows; changes some outputs (default off)")
+
+
 def note_compute_type(prog: str, requested: str | None, chosen: str) -> None:
     """One stderr line saying what ``--compute-type auto`` became on this machine."""
     if requested == "auto":

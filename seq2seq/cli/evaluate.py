@@ -271,7 +271,8 @@ def is_text_file(path: Path, probe: int = 1 << 16) -> bool:
 def search_name(decoding: DecodingConfig) -> str:
     """For file names: greedy and beam outputs of one model and test set must not collide."""
     name = f"beam{decoding.beam_size}" if decoding.method == "beam" else decoding.method
-    return name if decoding.compute_type == "float32" else f"{name}.{decoding.compute_type}"
+    name = name if decoding.compute_type == "float32" else f"{name}.{decoding.compute_type}"
+    return f"{name}.shortlist" if decoding.shortlist else name
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -305,6 +306,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             note_compute_type(PROG, args.compute_type, translators[path].compute_type)
         r = evaluate_checkpoint(translators[path], path, test, hyp_file, args, pair)
         r["compute_type"] = translators[path].compute_type
+        r["shortlist"] = translators[path].shortlist
         if args.all_directions:
             r["directions_without_test_files"] = untested[path]
         if not args.quiet:

@@ -26,6 +26,7 @@ from seq2seq.cli.common import (
     Parser,
     add_compute_type_argument,
     add_model_argument,
+    add_shortlist_argument,
     check_device,
     note_compute_type,
     run_command,
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_compute_type_argument(ap)  # a load-time option: requests cannot change it
+    add_shortlist_argument(ap)  # so is this one
     ap.add_argument("--log-level", default="info",
                     choices=["critical", "error", "warning", "info", "debug"])
     return ap
@@ -126,7 +128,8 @@ def run(args: argparse.Namespace) -> None:
               "with no authentication (see --api-keys)", file=sys.stderr)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    models = load_models(args.checkpoint, device=args.device, compute_type=args.compute_type)
+    models = load_models(args.checkpoint, device=args.device, compute_type=args.compute_type,
+                         shortlist=bool(args.shortlist))
     for served in models.values():
         note_compute_type(PROG, args.compute_type, served.translator.compute_type)
     app = create_app(models, cfg)

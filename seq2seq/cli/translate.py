@@ -43,6 +43,7 @@ from seq2seq.cli.common import (
     add_compute_type_argument,
     add_direction_args,
     add_model_argument,
+    add_shortlist_argument,
     check_device,
     check_output_file,
     note_compute_type,
@@ -85,6 +86,7 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
                    help="translate each line as one sentence (for corpora of one sentence a "
                         "line); default: lines are cut into sentences, translated, put back")
     add_compute_type_argument(g)
+    add_shortlist_argument(g)
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 

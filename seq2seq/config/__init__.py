@@ -2,7 +2,8 @@
 
 Each section is a dataclass validated in ``__post_init__``; errors name the field:
 ``model`` (the network, the optimizer), ``data`` (corpus, tokenizer, batching),
-``decoding`` (search), ``serve`` (the server), ``calibration`` (the "unsure" threshold).
+``decoding`` (search), ``serve`` (the server), ``calibration`` (the "unsure" threshold), ``shortlist`` (the
+vocabulary shortlist's table).
 YAML round trip: ``to_dict``/``from_dict`` (unknown keys are refused by name).
 """
 
@@ -18,10 +19,12 @@ from seq2seq.config.model import (
     Positional,
 )
 from seq2seq.config.serve import MAX_WINDOW_MS, ServeConfig
+from seq2seq.config.shortlist import ShortlistConfig
 from seq2seq.fields import ConfigError, from_dict, to_dict
 
 __all__ = [
     "CALIBRATION_SPLITS", "MAX_BEAM", "MAX_WINDOW_MS", "Activation", "CalibrationConfig",
     "ConfigError", "DataConfig", "DecodingConfig", "ModelConfig", "Norm", "NormPosition",
-    "OptimConfig", "Positional", "ServeConfig", "TokenizerConfig", "from_dict", "to_dict",
+    "OptimConfig", "Positional", "ServeConfig", "ShortlistConfig", "TokenizerConfig",
+    "from_dict", "to_dict",
 ]

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from seq2seq.data.batch import decoder_start
 from seq2seq.decoding.ensemble import Ensemble, EnsembleRows
+from seq2seq.decoding.shortlist import Restricted
 from seq2seq.model import Attentions, DecoderCache, Seq2Seq
 from seq2seq.profiling import phase
 
@@ -46,11 +47,13 @@ class DecoderRows:
     """Decoder rows of one search. ``step(tokens (R,)) -> log_probs (R, V)`` feeds one new
     token per row; ``select(rows (R',))`` keeps/reorders rows. ``cross=False`` is only valid
     when each row stays within its own sentence (beam reordering): the memory rows are then
-    identical and need no copy."""
+    identical and need no copy. ``shortlist (C,)``: the only target ids the output
+    projection computes (``decoding.shortlist``)."""
 
     def __init__(self, model: Seq2Seq, memory: Tensor, memory_mask: Tensor, use_cache: bool,
-                 capacity: int, group: int = 1):
+                 capacity: int, group: int = 1, shortlist: Tensor | None = None):
         self.model = model
+        self.restricted = None if shortlist is None else Restricted(model.output, shortlist)
         self.cache: DecoderCache | None = (
             model.init_cache(memory, memory_mask, capacity, group) if use_cache else None)
         self.memory, self.memory_mask = (None, None) if use_cache else (memory, memory_mask)
@@ -73,8 +76,11 @@ class DecoderRows:
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)``: the projection's
-        output is normalized in place (no second r x V buffer)."""
+        output is normalized in place (no second r x V buffer). With a shortlist, over its
+        candidates only (``-inf`` elsewhere)."""
         with phase("seq2seq.output_projection"):
+            if self.restricted is not None:
+                return self.restricted.log_probs(hidden)
             logits = self.model.project(hidden).float()
         return torch.log_softmax(logits, dim=-1, out=logits)
 
@@ -90,12 +96,23 @@ class DecoderRows:
 
 
 def encoded_rows(model: Seq2Seq, src: Tensor, use_cache: bool, capacity: int,
-                 group: int = 1) -> DecoderRows:
+                 group: int = 1, shortlist: Tensor | None = None) -> DecoderRows:
     """Encode ``src (B, S)`` once: one model's decoder rows over its memory."""
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)
-    return DecoderRows(model, memory, src_mask, use_cache, capacity, group)
+    return DecoderRows(model, memory, src_mask, use_cache, capacity, group, shortlist)
+
+
+def shortlist_ids(model: Seq2Seq | Ensemble, src: Tensor) -> Tensor | None:
+    """The batch's candidate target ids ``(C,)``, sorted, when the model (an ensemble: any
+    member) carries a shortlist (``Translator`` attaches it: ``decoding.shortlist``); an
+    ensemble's is the union of its members'."""
+    lists = [m.shortlist for m in getattr(model, "members", [model])
+             if getattr(m, "shortlist", None) is not None]
+    if not lists:
+        return None
+    return torch.unique(torch.cat([s.candidates(src) for s in lists]))
 
 
 def start(model: Seq2Seq | Ensemble, src: Tensor, use_cache: bool, steps: int, beam_size: int = 1,
@@ -109,11 +126,12 @@ def start(model: Seq2Seq | Ensemble, src: Tensor, use_cache: bool, steps: int, b
     # reference copies the memory to each beam.
     group = beam_size if use_cache else 1
     capacity = min(steps, 16)
+    ids = shortlist_ids(model, src)  # computed once per batch, shared by ensemble members
     if isinstance(model, Ensemble):
-        state = EnsembleRows([encoded_rows(m, src, use_cache, capacity, group)
+        state = EnsembleRows([encoded_rows(m, src, use_cache, capacity, group, ids)
                               for m in model.members])
     else:
-        state = encoded_rows(model, src, use_cache, capacity, group)
+        state = encoded_rows(model, src, use_cache, capacity, group, ids)
     if beam_size > group:
         state.select(torch.arange(src.shape[0], device=src.device).repeat_interleave(beam_size))
     if first is not None:

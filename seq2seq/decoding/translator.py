@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import seq2seq.runtime as runtime
-from seq2seq.checkpoint import build_model, calibration_of, load_model
+from seq2seq.checkpoint import build_model, calibration_of, load_model, shortlist_of
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
@@ -39,6 +39,7 @@ from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.result import TranslationResult
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
+from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.model import Seq2Seq, compute
 
@@ -113,19 +114,22 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
-                        device: str | torch.device = "cpu",
-                        compute_type: str | None = None) -> Translator:
+                        device: str | torch.device = "cpu", compute_type: str | None = None,
+                        shortlist: bool | None = None) -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
         bad file or a tokenizer whose bytes do not match its stored fingerprint). The model's
         linear layers run in ``compute_type`` (default ``decoding.compute_type``; ``auto``
-        resolved, see :attr:`compute_type`; ``seq2seq.model.compute``)."""
+        resolved, see :attr:`compute_type`; ``seq2seq.model.compute``). ``shortlist``
+        (default ``decoding.shortlist``): decode over each batch's candidates of the
+        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
-        return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type)
+        return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type,
+                               shortlist)
 
     @classmethod
     def from_loaded(cls, ckpt: dict, where: str, decoding: DecodingConfig | None = None,
                     device: str | torch.device = "cpu", model=None,
-                    compute_type: str | None = None) -> Translator:
+                    compute_type: str | None = None, shortlist: bool | None = None) -> Translator:
         """:meth:`from_checkpoint` of a checkpoint already loaded (and verified); ``model``:
         the one built from it, if any."""
         meta = ckpt["seq2seq"]
@@ -139,13 +143,21 @@ class Translator:
         translator = cls(model, tokenizers, decoding, device, directions_of(meta, where),
                          (meta.get("src_lang"), meta.get("tgt_lang")), calibration_of(meta, where))
         compute.prepare(translator.model, compute_type or translator.decoding.compute_type)
+        if translator.decoding.shortlist if shortlist is None else shortlist:
+            entry = shortlist_of(meta, model.arch, where)
+            if entry is None:
+                raise ValueError(f"{where}: has no shortlist table; build one with "
+                                 "seq2seq-shortlist (-o NEW.ckpt or --in-place), or decode "
+                                 "without --shortlist")
+            translator.model.shortlist = Shortlist.from_entry(entry, model.arch)
         return translator
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
                          decoding: DecodingConfig | None = None,
                          device: str | torch.device = "cpu",
-                         compute_type: str | None = None) -> Translator:
+                         compute_type: str | None = None,
+                         shortlist: bool | None = None) -> Translator:
         """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
         (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
@@ -155,9 +167,11 @@ class Translator:
         if not paths:
             raise ValueError("no checkpoints given")
         if len(paths) == 1:
-            return cls.from_checkpoint(paths[0], decoding, device, compute_type)
+            return cls.from_checkpoint(paths[0], decoding, device, compute_type, shortlist)
         compute_type = compute_type or (decoding or DecodingConfig()).compute_type
-        members = [cls.from_checkpoint(p, device=device, compute_type=compute_type) for p in paths]
+        shortlist = (decoding or DecodingConfig()).shortlist if shortlist is None else shortlist
+        members = [cls.from_checkpoint(p, device=device, compute_type=compute_type,
+                                       shortlist=shortlist) for p in paths]
         names = [str(p) for p in paths]
         check_ensemble(names, members)
         first = members[0]
@@ -191,6 +205,13 @@ class Translator:
         (what ``auto`` became on this CPU)."""
         models = getattr(self.model, "members", [self.model])
         return getattr(models[0], "compute_type", "float32")
+
+    @property
+    def shortlist(self) -> bool:
+        """Whether decoding is restricted to the checkpoint's shortlist (an ensemble: the
+        union of its members' candidates)."""
+        models = getattr(self.model, "members", [self.model])
+        return any(getattr(m, "shortlist", None) is not None for m in models)
 
     @property
     def device(self) -> torch.device:

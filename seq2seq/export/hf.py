@@ -131,6 +131,8 @@ NOT_HELD_BY_HF = {
     "skip_ratio": "flags outputs after the search; it changes none",
     "compute_type": "how our model's linear layers run on this CPU; the exported weights are "
                     "float32, and HF's dtype is the caller's (torch_dtype)",
+    "shortlist": "the vocabulary shortlist's table stays in our checkpoint; HF generate "
+                 "scores the whole vocabulary",
 }
 
 

@@ -39,6 +39,7 @@ class ServedModel:
             "encoder_layers": arch.encoder_layers, "decoder_layers": arch.decoder_layers,
             "heads": arch.n_heads, "d_model": arch.d_model,
             "compute_type": self.translator.compute_type,
+            "shortlist": self.translator.shortlist,  # decoding over the vocabulary shortlist
             "max_source_tokens": arch.max_positions - 1 - self.source_tag_tokens,
             # outputs of lower confidence are flagged "unsure" (None: not calibrated)
             "unsure_below": self.translator.unsure_below,
@@ -63,16 +64,18 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 
 def load_models(specs: list[str], device: str | torch.device = "cpu",
-                compute_type: str | None = None) -> dict[str, ServedModel]:
+                compute_type: str | None = None, shortlist: bool = False) -> dict[str, ServedModel]:
     """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each with
-    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default)."""
+    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default), and its
+    checkpoint's vocabulary shortlist with ``shortlist``."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
         if name in models:
             raise ValueError(f"-m {spec}: a model named {name!r} was given twice; name them "
                              "with -m NAME=PATH")
-        translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type)
+        translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type,
+                                                shortlist=shortlist)
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"

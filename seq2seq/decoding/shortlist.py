@@ -1,0 +1,223 @@
+"""The vocabulary shortlist (as Marian's and Bergamot's small models ship): each batch
+projects its decoder states onto the target pieces its source pieces can produce, not the
+whole vocabulary.
+
+The lexical table (``seq2seq-shortlist``, stored in the checkpoint's ``shortlist`` entry)
+holds, for each source piece, the ``K`` target pieces most associated with it in a parallel
+corpus (sentence co-occurrence, Dice or ``p(t | s)``), and the ``N`` most frequent target
+pieces with every special id. A batch's candidates are the union of the table rows of its
+source ids, the frequent ids and the specials, sorted (:meth:`Shortlist.candidates`). The
+output projection's weight (and bias) is cut to those rows once per batch
+(:class:`Restricted`); each step's log-softmax is over the candidates (as Marian's), written
+into a vocabulary-wide row of ``-inf`` elsewhere, so every search, rule and ensemble works
+on vocabulary ids unchanged and no other token can be chosen.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import ShortlistConfig
+from seq2seq.model import compute
+from seq2seq.model.packed import PackedProjection
+from seq2seq.specials import PAD_ID
+
+
+class Shortlist:
+    """A checkpoint's lexical table: ``table (V_src, K)`` and ``frequent (N,)`` target ids
+    (the latter with every special id), on the CPU."""
+
+    def __init__(self, table: Tensor, frequent: Tensor, specials: Iterable[int] = ()):
+        self.table = table.long()
+        self.frequent = torch.cat((frequent.long(), torch.tensor(sorted(set(specials)),
+                                                                 dtype=torch.long)))
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any], arch) -> Shortlist:
+        """From a checkpoint's verified ``shortlist`` entry (``checkpoint.shortlist_of``)."""
+        return cls(entry["table"], entry["frequent"], {arch.pad_id, arch.bos_id, arch.eos_id})
+
+    def candidates(self, src: Tensor) -> Tensor:
+        """Sorted, unique target ids ``(C,)`` for the source ids ``src (B, S)`` (padding
+        included: its row is the filler's, a special id)."""
+        rows = self.table.index_select(0, torch.unique(src.cpu()))  # (n, K)
+        return torch.unique(torch.cat((rows.reshape(-1), self.frequent)))  # sorted
+
+
+class Restricted:
+    """The output projection of ``output`` cut to the rows ``ids (C,)`` for one batch, in the
+    model's compute type (a fresh kernel of the same type packs the cut weight once)."""
+
+    def __init__(self, output: nn.Linear, ids: Tensor):
+        self.ids = ids.to(output.weight.device)
+        self.vocab = output.weight.shape[0]
+        # normal tensors, not inference ones: the kernels key their packed copy on _version
+        with torch.inference_mode(False), torch.no_grad():
+            self.layer = _Rows(output.weight.index_select(0, self.ids),
+                               None if output.bias is None else output.bias[self.ids])
+        kernel = output.__dict__.get("kernel")
+        self.layer.__dict__["kernel"] = None if kernel is None else type(kernel)()
+        self.packed = PackedProjection() if kernel is None else None
+
+    def log_probs(self, hidden: Tensor) -> Tensor:
+        """``hidden (r, d_model)`` -> log-probs ``(r, V)``: log-softmax over the candidates,
+        ``-inf`` on every other id."""
+        if self.packed is not None:  # float32 on CPU: the prepacked path, as Seq2Seq.project
+            logits = self.packed(self.layer, hidden).float()
+        else:
+            logits = compute.linear(self.layer, hidden).float()
+        torch.log_softmax(logits, dim=-1, out=logits)
+        out = logits.new_full((hidden.shape[0], self.vocab), float("-inf"))
+        # scatter_ with a broadcast index: ~25% less time than index_copy_ along dim 1
+        return out.scatter_(1, self.ids.expand(hidden.shape[0], -1), logits)
+
+
+class _Rows:
+    """A linear layer's weight/bias cut to some output rows, as ``compute.linear`` and
+    ``PackedProjection`` take a layer (a plain object: no parameters built per batch)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+# ---------------------------------------------------------------- building the table
+def pair_matrix(ids: Sequence[Sequence[int]], vocab: int) -> Tensor:
+    """Sparse ``(n, vocab)`` float64 0/1 matrix: which ids occur in each of ``n`` sentences."""
+    lengths = torch.tensor([len(s) for s in ids], dtype=torch.long)
+    cols = torch.tensor([i for s in ids for i in s], dtype=torch.long)
+    rows = torch.repeat_interleave(torch.arange(len(ids)), lengths)
+    m = torch.sparse_coo_tensor(torch.stack((rows, cols)), torch.ones(cols.numel(),
+                                dtype=torch.float64), (len(ids), vocab),
+                                check_invariants=False).coalesce()
+    return torch.sparse_coo_tensor(m.indices(), m.values().clamp(max=1.0), m.shape,
+                                   check_invariants=False).coalesce()
+
+
+def build_table(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
+                src_vocab: int, tgt_vocab: int, cfg: ShortlistConfig,
+                filler: int = PAD_ID, specials: Iterable[int] = ()) -> tuple[Tensor, Tensor]:
+    """The table ``(src_vocab, K)`` and the frequent ids ``(N',)`` of a corpus of id lists.
+
+    ``c(s, t)``: sentences holding both, ``c(s)``, ``c(t)``: sentences holding each (sparse
+    matrix products, no loop over tokens). Row ``s``: the ``K`` ids of highest score, ties
+    by lower id, then ``filler`` where fewer than ``K`` co-occur. Frequent: the ``N`` ids
+    of most occurrences (ties by lower id), then ``specials``."""
+    a = pair_matrix(src_ids, src_vocab)  # (n, V_src)
+    b = pair_matrix(tgt_ids, tgt_vocab)  # (n, V_tgt)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": used internally
+        warnings.simplefilter("ignore")
+        joint = torch.sparse.mm(a.t().coalesce(), b).coalesce()  # (V_src, V_tgt): c(s, t)
+    (s, t), c = joint.indices(), joint.values()
+    c_src = torch.sparse.sum(a, 0).to_dense()  # (V_src,)
+    c_tgt = torch.sparse.sum(b, 0).to_dense()  # (V_tgt,)
+    score = 2 * c / (c_src[s] + c_tgt[t]) if cfg.score == "dice" else c / c_src[s]
+    # order by (row, -score, id): stable sorts from the last key to the first
+    order = torch.argsort(t, stable=True)
+    order = order[torch.argsort(-score[order], stable=True)]
+    order = order[torch.argsort(s[order], stable=True)]
+    s, t = s[order], t[order]
+    starts = torch.searchsorted(s, s, side="left")
+    rank = torch.arange(s.numel()) - starts  # position within its row
+    keep = rank < cfg.per_source
+    table = torch.full((src_vocab, cfg.per_source), filler, dtype=torch.long)
+    table[s[keep], rank[keep]] = t[keep]
+    counts = torch.bincount(torch.tensor([i for x in tgt_ids for i in x], dtype=torch.long),
+                            minlength=tgt_vocab)
+    top = torch.argsort(-counts, stable=True)[: cfg.frequent]
+    top = top[counts[top] > 0]
+    frequent = torch.unique(torch.cat((top, torch.tensor(sorted(set(specials)), dtype=torch.long))))
+    return compact(table, tgt_vocab), compact(frequent, tgt_vocab)
+
+
+def compact(ids: Tensor, vocab: int) -> Tensor:
+    """Ids in the smallest integer type that holds ``vocab`` (int16 up to 32,767)."""
+    return ids.to(torch.int16 if vocab <= torch.iinfo(torch.int16).max + 1 else torch.int32)
+
+
+def specials_of(arch, tgt_tokenizer, tags: Iterable[str] = ()) -> set[int]:
+    """Pad, unk, bos, eos and those of the language-tag pieces the target vocabulary has."""
+    ids = {arch.pad_id, arch.bos_id, arch.eos_id, tgt_tokenizer.unk_id}
+    for tag in tags:
+        try:
+            ids.add(tgt_tokenizer.piece_id(tag))
+        except KeyError:  # tags on the source side only (a separate source vocabulary)
+            pass
+    return ids
+
+
+# ---------------------------------------------------------------- a checkpoint's table
+def default_files(pair: tuple[str | None, str | None], cfg: ShortlistConfig,
+                  where: str = "checkpoint") -> tuple[Path, Path]:
+    """The shipped Multi30k ``cfg.split`` files of the model's direction (source, target)."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.sources import multi30k_files  # datasets: slow to import
+
+    src, tgt = pair
+    if src is None or tgt is None:
+        raise ValueError(f"{where}: does not record one language pair (a multilingual model?), "
+                         "so the default Multi30k files are unknown; give --source and --target")
+    try:
+        a, b = multi30k_files(DataConfig(src_lang=src, tgt_lang=tgt), cfg.split,
+                              [(src, "src_lang"), (tgt, "tgt_lang")])
+    except ValueError as e:  # a language Multi30k lacks
+        raise ValueError(f"{where} translates {src}-{tgt}: {e}; give --source and --target") \
+            from None
+    return a, b
+
+
+def shortlist_entry(ckpt: dict[str, Any], cfg: ShortlistConfig | None = None,
+                    files: tuple[Path, Path] | None = None,
+                    where: str = "checkpoint") -> dict[str, Any]:
+    """The ``shortlist`` entry of a loaded checkpoint, built from ``files`` (line-aligned
+    source and target text; default :func:`default_files`) with its tokenizers."""
+    from seq2seq.checkpoint import config_of
+    from seq2seq.data.sources import read_lines
+    from seq2seq.data.tokenizer import TokenizerPair
+    from seq2seq.directions import directions_of
+
+    cfg = cfg or ShortlistConfig()
+    meta = ckpt["seq2seq"]
+    arch, tokenizers = config_of(meta, where), TokenizerPair.from_state(meta["tokenizers"])
+    paths = files or default_files((meta.get("src_lang"), meta.get("tgt_lang")), cfg, where)
+    src, tgt = (read_lines(p) for p in paths)
+    if len(src) != len(tgt):
+        raise ValueError(f"--source {paths[0]} has {len(src)} lines but --target {paths[1]} "
+                         f"{len(tgt)}: give line-aligned files")
+    src, tgt = (lines[: cfg.limit] if cfg.limit else lines for lines in (src, tgt))
+    if not src:
+        raise ValueError(f"--source {paths[0]}: no lines to count pieces in")
+    directions = directions_of(meta, where)
+    specials = specials_of(arch, tokenizers.tgt, directions.tags if directions else ())
+    table, frequent = build_table(tokenizers.src.encode(src), tokenizers.tgt.encode(tgt),
+                                  arch.src_vocab_size, arch.tgt_vocab_size, cfg,
+                                  arch.pad_id, specials)
+    return {"table": table, "frequent": frequent, "per_source": cfg.per_source,
+            "frequent_n": cfg.frequent, "score": cfg.score, "pairs": len(src),
+            "data": cfg.split if files is None else f"{paths[0].name} {paths[1].name}"}
+
+
+def shortlist_file(path: str | os.PathLike, out: str | os.PathLike,
+                   cfg: ShortlistConfig | None = None,
+                   files: tuple[Path, Path] | None = None) -> dict[str, Any]:
+    """Build the table of the checkpoint at ``path`` and write the checkpoint with it, under
+    the checksum, atomically to ``out`` (keeping the permission bits of a file it replaces);
+    everything else is written back as loaded (the weights bit for bit). Returns the entry."""
+    from seq2seq.checkpoint import load_checkpoint, save_atomic, seal
+
+    ckpt = load_checkpoint(path)
+    entry = shortlist_entry(ckpt, cfg, files, f"checkpoint {path}")
+    ckpt["seq2seq"]["shortlist"] = entry
+    target = Path(out)
+    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    save_atomic(seal(ckpt), target, mode)
+    return entry
