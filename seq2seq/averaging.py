@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import PREFIX, CheckpointError, load_checkpoint, save_atomic, seal
+from seq2seq.checkpoint import PREFIX, CheckpointError, load_checkpoint, seal
+from seq2seq.files import save_atomic
 
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -43,7 +42,7 @@ import torch
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.directions import DirectionError, Directions, check_language, directions_of
-from seq2seq.files import kind_of
+from seq2seq.files import kind_of, save_atomic
 from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
 
@@ -57,60 +56,6 @@ TIED = ("output.weight", "tgt_embed.tokens.weight")  # may be stored under one n
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, corrupt or not ours (one-line message)."""
-
-
-def new_file_mode() -> int:
-    """The mode ``open()`` gives a new file: 0o666 less the umask (``mkstemp`` gives 0o600)."""
-    mask = os.umask(0)  # the only way to read it is to set it
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
-    """Temporary files :func:`save_atomic` left in ``folder`` (for target ``name``) when it
-    was killed mid-write: ``.NAME.PID.XXXX.tmp`` whose writer process is gone (a write in
-    progress in another process is left alone)."""
-    stale = []
-    for p in Path(folder).glob(f".{name}.*.tmp"):
-        pid = p.name.removesuffix(".tmp").split(".")[-2]
-        if not (pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid))):
-            stale.append(p)
-    return sorted(stale)
-
-
-def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``:
-    a crash leaves either the old file or the new one, never half of one. Temporary files
-    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed.
-    ``mode``: the file's permission bits (default: what ``open()`` gives, by the umask)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir():
-        raise IsADirectoryError(f"cannot write {path}: it is a directory")
-    for stale in stale_temporaries(path.parent, path.name):
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes it owner-only; give it open()'s mode (or the file's it replaces)
-        os.chmod(tmp, new_file_mode() if mode is None else mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def metadata(cfg: ModelConfig, tokenizers, src_lang: str | None, tgt_lang: str | None,

@@ -6,15 +6,17 @@ A directory, a FIFO or a device given where a file is read must be named as what
 where the whole file is read at once: ``open`` blocks until a writer comes, forever. An
 output is written atomically (a temporary file renamed over the name), and a rename replaces
 whatever the name is: a device node, a pipe, or one of the command's own inputs, so
-:func:`check_output` says which names an output may take.
+:func:`check_output` says which names an output may take; :func:`save_atomic` is that write.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -142,3 +144,59 @@ def unlock(fd: int | None) -> None:
     """Release a :func:`lock_folder` lock."""
     if fd is not None:
         os.close(fd)  # closing the only descriptor releases the flock
+
+
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (``mkstemp`` gives 0o600)."""
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
+    """Temporary files :func:`save_atomic` left in ``folder`` (for target ``name``) when it
+    was killed mid-write: ``.NAME.PID.XXXX.tmp`` whose writer process is gone (a write in
+    progress in another process is left alone)."""
+    stale = []
+    for p in Path(folder).glob(f".{name}.*.tmp"):
+        pid = p.name.removesuffix(".tmp").split(".")[-2]
+        if not (pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid))):
+            stale.append(p)
+    return sorted(stale)
+
+
+def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``:
+    a crash leaves either the old file or the new one, never half of one. Temporary files
+    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed.
+    ``mode``: the file's permission bits (default: what ``open()`` gives, by the umask)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a directory")
+    for stale in stale_temporaries(path.parent, path.name):
+        stale.unlink(missing_ok=True)
+    import torch  # here: the path checks above serve commands before torch is imported
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes it owner-only; give it open()'s mode (or the file's it replaces)
+        os.chmod(tmp, new_file_mode() if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -22,8 +22,9 @@ from opus_mt import build_opus_folder
 
 pytest.importorskip("transformers")
 pytest.importorskip("google.protobuf")
-from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_atomic, seal  # noqa: E402
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, seal  # noqa: E402
 from seq2seq.cli.import_hf import main  # noqa: E402
+from seq2seq.files import save_atomic  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -256,7 +256,7 @@ def test_legacy_checkpoint_without_checksum_loads_and_the_shipped_model_is_seale
 def test_interrupted_writes_are_cleaned_up_but_not_a_write_in_progress(tmp_path):
     """``save_atomic`` removes the temporary files of a killed writer of the same target
     (its PID is in the name), never one another live process is still writing."""
-    from seq2seq.checkpoint import save_atomic
+    from seq2seq.files import save_atomic
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()

@@ -17,7 +17,7 @@ from helpers import (
     tiny_tokenizers,
 )
 
-from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_atomic
+from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.cli.shortlist import main as shortlist_main
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import DecodingConfig, ShortlistConfig
@@ -25,6 +25,7 @@ from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.search import search
 from seq2seq.decoding.shortlist import Shortlist, build_table, shortlist_entry
 from seq2seq.decoding.translator import Translator
+from seq2seq.files import save_atomic
 from seq2seq.model import compute
 
 V = 60

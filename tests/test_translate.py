@@ -16,13 +16,13 @@ import pytest
 import torch
 from helpers import save_tiny_checkpoint, tiny_random_model
 
-from seq2seq.checkpoint import save_atomic
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.decoding import translator as translate_module
 from seq2seq.decoding.translator import Translator, check_tokenizers
+from seq2seq.files import save_atomic
 from seq2seq.plotting import plot_attention
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,10 +28,10 @@ from typing import Any, NoReturn
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 
-from seq2seq.checkpoint import config_of, load_checkpoint, stale_temporaries, tokenizers_of
+from seq2seq.checkpoint import config_of, load_checkpoint, tokenizers_of
 from seq2seq.config import ConfigError
 from seq2seq.directions import different_directions, directions_of
-from seq2seq.files import kind_of, lock_folder, unlock
+from seq2seq.files import kind_of, lock_folder, stale_temporaries, unlock
 from seq2seq.training.callbacks import load_training_checkpoint
 
 PROG = "seq2seq-train"

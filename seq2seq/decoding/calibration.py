@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.checkpoint import load_checkpoint, save_atomic, seal
+from seq2seq.checkpoint import load_checkpoint, seal
 from seq2seq.config import CalibrationConfig, DecodingConfig
 from seq2seq.decoding.translator import Translator
+from seq2seq.files import save_atomic
 
 
 def confidences(translator: Translator, lines: Sequence[str]) -> list[float]:

@@ -212,7 +212,8 @@ def shortlist_file(path: str | os.PathLike, out: str | os.PathLike,
     """Build the table of the checkpoint at ``path`` and write the checkpoint with it, under
     the checksum, atomically to ``out`` (keeping the permission bits of a file it replaces);
     everything else is written back as loaded (the weights bit for bit). Returns the entry."""
-    from seq2seq.checkpoint import load_checkpoint, save_atomic, seal
+    from seq2seq.checkpoint import load_checkpoint, seal
+    from seq2seq.files import save_atomic
 
     ckpt = load_checkpoint(path)
     entry = shortlist_entry(ckpt, cfg, files, f"checkpoint {path}")

@@ -81,7 +81,7 @@ def export_hf_marian(ckpt: Any, out_dir: str | os.PathLike, overwrite: bool = Fa
 def _follow_umask(out: Path) -> None:
     """The weights as ``open()`` would have made them: safetensors writes through a
     temporary file (mode 0o600) while every other file follows the umask."""
-    from seq2seq.checkpoint import new_file_mode
+    from seq2seq.files import new_file_mode
 
     for p in out.iterdir():
         if is_product(p.name) and p.is_file() and not p.is_symlink():

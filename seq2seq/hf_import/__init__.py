@@ -94,7 +94,8 @@ def import_marian(source: str | os.PathLike, output: str | os.PathLike,
                   overwrite: bool = False) -> dict[str, Any]:
     """Convert ``source`` (folder or hub name) into our checkpoint ``output`` (written
     atomically; an existing file needs ``overwrite``). Returns the checkpoint dict."""
-    from seq2seq.checkpoint import PREFIX, check, load_checkpoint, metadata, save_atomic, seal
+    from seq2seq.checkpoint import PREFIX, check, load_checkpoint, metadata, seal
+    from seq2seq.files import save_atomic
     from seq2seq.hf_import.folder import load_weights
     from seq2seq.hf_import.marian import (
         check_state,
