@@ -120,8 +120,9 @@ def test_gemm_seconds_weigh_each_shape_by_count_in_the_step_s_dtype():
             assert by_kind[kind] == sum(g.flops for g in gemms if g.kind == kind)
         bf16 = {k for k, d in seen if d == torch.bfloat16}
         assert bf16 == (set() if precision == "fp32" else set(KINDS) - {"output"})
-        row = fraction_row(precision, 2 * sum(by_kind.values()), 10**6, by_kind)
+        row = fraction_row(precision, 2 * sum(by_kind.values()), 10**6, by_kind, steps=3)
         assert row["fraction"] == 0.5 == row["achieved_flops_per_s"] / row["gemm_flops_per_s"]
+        assert row["achieved_flops_per_s"] == 10**6 / row["step_s"] and row["steps"] == 3
         assert sum(row["gemm_share_by_kind"].values()) == pytest.approx(1.0)
 
 
@@ -130,6 +131,15 @@ def test_time_gemm_is_a_positive_time_per_product():
 
     small, big = Gemm("projection", 8, 8, 8), Gemm("projection", 8, 8, 8, batch=64)
     assert 0 < time_gemm(small, torch.float32, 1) < time_gemm(big, torch.float32, 3)
+
+
+def table_cells(table: str, first: str) -> list[str]:
+    """The cells of the table row starting with ``first`` (columns are 2+ spaces apart)."""
+    import re
+
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()]
+    (row,) = [cells for cells in rows if cells[0] == first]
+    return row
 
 
 def test_gemm_section_rows_and_table(tmp_path):
@@ -149,6 +159,8 @@ def test_gemm_section_rows_and_table(tmp_path):
     assert [r["precision"] for r in res["rows"]] == (["fp32", "bf16 autocast"] if native_bf16() else ["fp32"])
     table = R.gemm_table(res, "gemm")
     for r in res["rows"]:
+        assert r["steps"] == 2
+        assert table_cells(table, r["precision"])[1] == f"{1000 * r['step_s'] / 2:.1f}"
         assert r["fraction"] == pytest.approx(r["gemm_s"] / r["step_s"]) and r["fraction"] > 0
-        assert f"{r['fraction']:.2f}" in table.split(r["precision"], 1)[1].splitlines()[0]
+        assert table_cells(table, r["precision"])[5] == f"{r['fraction']:.2f}"
     json.dumps(res)

@@ -75,10 +75,12 @@ def gemm_seconds(gemms: Sequence[Gemm], precision: str, repeats: int,
     return by_kind
 
 
-def fraction_row(precision: str, step_s: float, flops: int, by_kind: dict[str, float]) -> dict:
-    """The row: real step vs GEMM-only time of the same ``flops``."""
+def fraction_row(precision: str, step_s: float, flops: int, by_kind: dict[str, float],
+                 steps: int = 1) -> dict:
+    """The row: ``steps`` real steps (``step_s`` in all) vs the GEMM-only time of the same
+    ``flops``."""
     gemm_s = sum(by_kind.values())
-    return {"precision": precision, "step_s": step_s, "gemm_s": gemm_s, "flops": flops,
+    return {"precision": precision, "steps": steps, "step_s": step_s, "gemm_s": gemm_s, "flops": flops,
             "achieved_flops_per_s": flops / step_s, "gemm_flops_per_s": flops / gemm_s,
             "fraction": gemm_s / step_s,
             "gemm_share_by_kind": {k: s / gemm_s for k, s in by_kind.items()}}
@@ -99,7 +101,8 @@ def bench_gemm(ckpt: dict, batches: Sequence, *, repeats: int = 3,
         step = ours_train_step(build_model(ckpt), precision != "fp32")
         step_s = train_row("ours", precision, step, batches, repeats)["seconds"]
         log(f"  timing {len(gemms)} GEMM shapes as torch.mm/bmm, {precision} ...")
-        rows.append(fraction_row(precision, step_s, flops, gemm_seconds(gemms, precision, repeats)))
+        by_kind = gemm_seconds(gemms, precision, repeats)
+        rows.append(fraction_row(precision, step_s, flops, by_kind, len(batches)))
     notes = [f"{len(batches)} batches, {sum(b.n_tgt_tokens for b in batches)} target tokens, "
              f"{flops / 1e9:.2f} GFLOP (forward + backward matmuls), {len(gemms)} distinct GEMM shapes",
              "step: loss + backward + Adam on real batches; GEMM-only: each shape as a plain "

@@ -62,9 +62,10 @@ def train_table(result: dict, title: str) -> str:
 
 
 def gemm_table(result: dict, title: str) -> str:
-    header = ["precision", "step ms", "GEMM-only ms", "achieved GFLOP/s", "GEMM-only GFLOP/s",
+    header = ["precision", "ms/step", "GEMM-only ms/step", "achieved GFLOP/s", "GEMM-only GFLOP/s",
               "fraction"]
-    rows = [[r["precision"], fmt(1000 * r["step_s"], ".1f"), fmt(1000 * r["gemm_s"], ".1f"),
+    rows = [[r["precision"], fmt(1000 * r["step_s"] / r["steps"], ".1f"),
+             fmt(1000 * r["gemm_s"] / r["steps"], ".1f"),
              fmt(r["achieved_flops_per_s"] / 1e9, ".2f"), fmt(r["gemm_flops_per_s"] / 1e9, ".2f"),
              fmt(r["fraction"], ".2f")] for r in result["rows"]]
     return format_table(title, header, rows, result["notes"] + result["skipped"])
