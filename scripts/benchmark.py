@@ -63,7 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; train-profile: of a training step; levers: "
                          "training-step levers one at a time; vocab: training step at 4k/6k/8k/10k joint BPE; "
                          "split: seq2seq-train as 1 process x 2 threads vs DDP 2 x 1; shared: translation and "
-                         "training beside 0, 1 and 2 busy cores under two thread policies)")
+                         "training beside 0, 1 and 2 busy cores under two thread policies; gemm: the training "
+                         "step's achieved FLOP/s as a fraction of its GEMMs' as plain torch.mm/bmm, "
+                         "fp32 and bf16 autocast)")
     ap.add_argument("--limit", type=int, default=None,
                     help="decode only the first N test sentences (default: all 1,000)")
     ap.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
@@ -97,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cache-dir", default=str(ROOT / ".cache" / "seq2seq"),
                     help="tokenized-data cache (training batches)")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false",
-                    help="train section: time fp32 only (bf16 autocast is slow on CPUs without "
+                    help="train and gemm sections: time fp32 only (bf16 autocast is slow on CPUs without "
                          "native bf16)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     args = ap.parse_args(argv)

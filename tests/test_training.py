@@ -158,6 +158,51 @@ def test_bf16_mixed_precision_trains_on_cpu(small_corpus, tmp_path):
     assert losses[8] < losses[1]
 
 
+def test_bf16_mixed_runs_the_linears_in_bf16_and_the_loss_and_grads_in_fp32():
+    """What Lightning's bf16-mixed does to our step on CPU: its autocast context makes every
+    linear layer bfloat16; the fused loss stays float32, as do the weights' gradients."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+    from torch.overrides import TorchFunctionMode
+
+    from seq2seq.data.batch import collate
+    from seq2seq.model import Seq2Seq
+
+    arch = ModelConfig(src_vocab_size=41, tgt_vocab_size=41, d_model=16, n_heads=2, d_ff=24,
+                       encoder_layers=1, decoder_layers=1, dropout=0.0)
+    module = Seq2SeqModule(arch, OptimConfig())
+    module.model = Seq2Seq(arch)
+    dtypes = []
+
+    class Linears(TorchFunctionMode):  # the layers call F.linear (model.compute), not modules
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.nn.functional.linear:
+                dtypes.append(out.dtype)
+            return out
+
+    batch = collate([{"src_ids": [5, 6, 7], "tgt_ids": [8, 9]}, {"src_ids": [5], "tgt_ids": [6, 7, 8]}])
+    with MixedPrecision("bf16-mixed", "cpu").forward_context(), Linears():
+        loss, _ = module.loss(batch)
+    loss.backward()
+    assert set(dtypes) == {torch.bfloat16} and len(dtypes) >= 10 and loss.dtype == torch.float32 and math.isfinite(loss.item())
+    assert all(p.grad.dtype == torch.float32 for p in module.model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_bf16_on_a_cpu_without_native_bf16_is_one_warning_line(precision, native, monkeypatch, capsys):
+    from seq2seq.cli import train_checks
+
+    monkeypatch.setattr(train_checks, "native_bf16", lambda: native)
+    build_cli(["-c", str(ROOT / "configs" / "smoke.yaml"), "--trainer.precision", precision], run=False)
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "no native bfloat16" in line]
+    assert len(warned) == (precision == "bf16-mixed" and not native)
+    assert all(line.startswith("seq2seq-train: warning: --trainer.precision bf16-mixed") for line in warned)
+    assert train_checks.bf16_warning({"trainer.precision": "bf16-mixed", "trainer.accelerator": "gpu"},
+                                     native=False) is None  # a GPU's bf16 is not this CPU's
+
+
 def test_gradient_accumulation_counts_optimizer_steps(small_corpus, tmp_path):
     losses, trainer, _ = fit(small_corpus, tmp_path, max_steps=3, accumulate_grad_batches=2)
     assert trainer.global_step == 3

@@ -61,6 +61,16 @@ def train_table(result: dict, title: str) -> str:
     return format_table(title, header, rows, result["notes"] + result["skipped"])
 
 
+def gemm_table(result: dict, title: str) -> str:
+    header = ["precision", "ms/step", "GEMM-only ms/step", "achieved GFLOP/s", "GEMM-only GFLOP/s",
+              "fraction"]
+    rows = [[r["precision"], fmt(1000 * r["step_s"] / r["steps"], ".1f"),
+             fmt(1000 * r["gemm_s"] / r["steps"], ".1f"),
+             fmt(r["achieved_flops_per_s"] / 1e9, ".2f"), fmt(r["gemm_flops_per_s"] / 1e9, ".2f"),
+             fmt(r["fraction"], ".2f")] for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"] + result["skipped"])
+
+
 def levers_table(result: dict, title: str) -> str:
     header = ["lever", "tok/s", "ms/step", "gain", "warm-up s"]
     rows = [[r["engine"], fmt(r["tok_per_s"], ".0f"), fmt(r["ms_per_step"], ".1f"),

@@ -18,10 +18,13 @@ import torch
 from scripts.bench.attention import bench_attention
 from scripts.bench.decode import bench_decoding
 from scripts.bench.engines import TEST_SPLIT, read_test_sources, training_batches
+from scripts.bench.gemm import PRECISIONS as GEMM_PRECISIONS
+from scripts.bench.gemm import bench_gemm
 from scripts.bench.profile import profile_beam, profile_training
 from scripts.bench.report import (
     attention_table,
     decode_table,
+    gemm_table,
     levers_table,
     profile_report,
     shared_table,
@@ -50,8 +53,9 @@ from seq2seq.config import ModelConfig, from_dict
 
 SECTIONS = ("decode", "train", "attention")
 # on request: beam profile; training-step profile; training levers; training step by vocabulary size; both cores as
-# one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused)
-EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared")
+# one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused);
+# the training step against its GEMMs alone
+EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared", "gemm")
 Log = Callable[[str], None]
 
 
@@ -135,6 +139,17 @@ def train_profile_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def gemm_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    log(f"\n[gemm] training step vs its GEMMs as torch.mm/bmm, first {opts.train_batches} batches")
+    batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
+                               opts.train_batches)
+    res = bench_gemm(ckpt, batches, repeats=opts.repeats,
+                     precisions=GEMM_PRECISIONS if opts.bf16 else GEMM_PRECISIONS[:1], log=log)
+    log("\n" + gemm_table(res, f"How GEMM-bound: training step vs its GEMMs alone, Multi30k train "
+                          f"{pair(ckpt)}, {opts.threads} thread(s)"))
+    return res
+
+
 def levers_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log(f"\n[levers] training step, first {opts.train_batches} batches, one lever at a time")
     batches = training_batches(ckpt, opts.data_dir, opts.cache_dir, opts.max_tokens,
@@ -173,7 +188,7 @@ def shared_section(ckpt: dict, opts: Options, log: Log) -> dict:
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
            "profile": profile_section, "train-profile": train_profile_section,
            "levers": levers_section, "vocab": vocab_section,
-           "split": split_section, "shared": shared_section}
+           "split": split_section, "shared": shared_section, "gemm": gemm_section}
 
 
 def environment(threads: int) -> dict:

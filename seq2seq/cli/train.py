@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import re
+import sys
 import warnings
 
 import torch
@@ -33,6 +34,7 @@ import seq2seq.runtime as runtime
 from seq2seq.cli.train_checks import (
     REFUSALS,
     StartupLogs,
+    bf16_warning,
     check_ckpt_path,
     check_config_files,
     check_run_config,
@@ -113,6 +115,8 @@ class Seq2SeqCLI(LightningCLI):
             root = config.get("trainer.default_root_dir") or os.getcwd()  # Lightning's default
             config["checkpoint.dirpath"] = os.path.join(root, "checkpoints")
         check_run_config(config)
+        if warning := bf16_warning(config):
+            print(warning, file=sys.stderr)
 
     def instantiate_trainer(self, **kwargs):
         config = self._get(self.config_init, "trainer", default={})

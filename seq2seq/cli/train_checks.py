@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 
@@ -32,6 +33,7 @@ from seq2seq.checkpoint import config_of, load_checkpoint, tokenizers_of
 from seq2seq.config import ConfigError
 from seq2seq.directions import different_directions, directions_of
 from seq2seq.files import kind_of, lock_folder, stale_temporaries, unlock
+from seq2seq.model.compute import native_bf16
 from seq2seq.training.callbacks import load_training_checkpoint
 
 PROG = "seq2seq-train"
@@ -223,6 +225,19 @@ def check_run_config(config) -> None:
         folder = config.get(key)
         if folder and Path(folder).exists() and not Path(folder).is_dir():
             raise ValueError(f"--{key} {folder}: is a file; give a folder")
+
+
+def bf16_warning(config, native: bool | None = None) -> str | None:
+    """One line when ``--trainer.precision bf16*`` will run on a CPU without native bfloat16
+    (AVX-512 BF16 or AMX, ``model.compute.native_bf16``): it trains, but emulated, many
+    times slower than 32-true. ``native``: what the CPU has (default: ask it)."""
+    precision = str(config.get("trainer.precision") or "")
+    accelerator = str(config.get("trainer.accelerator") or "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if not precision.startswith("bf16") or not on_cpu or (native_bf16() if native is None else native):
+        return None
+    return (f"{PROG}: warning: --trainer.precision {precision}: this CPU has no native bfloat16 "
+            "(AVX-512 BF16 or AMX), so bf16 is emulated and trains many times slower than 32-true")
 
 
 def check_seed(seed: Any) -> None:
