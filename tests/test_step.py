@@ -106,3 +106,28 @@ def test_searches_agree_with_the_layers(monkeypatch):
             res = search(model, src, cfg)
             results.append([[(h.tokens, round(h.score, 4)) for h in hs] for hs in res.hypotheses])
     assert results[:2] == results[2:]
+
+
+def test_cache_extend_then_write_equals_append():
+    """``DecoderCache.extend`` (the interface a compiled step uses: views over P + L positions,
+    the caller writes the last L) leaves the cache as ``append`` does, across growth past the
+    capacity and a beam reorder."""
+    model = model_for()
+    src = torch.randint(4, VOCAB, (2, 5))
+    mask = model.source_mask(src)
+    memory = model.encode(src, mask)
+    a, b = (model.init_cache(memory, mask, capacity=2, group=3) for _ in range(2))
+    H, d = model.arch.n_heads, model.arch.d_model // model.arch.n_heads
+    layers = len(model.decoder.layers)
+    for t in range(5):
+        new = [(torch.randn(6, H, 1, d), torch.randn(6, H, 1, d)) for _ in range(layers)]
+        views = b.extend(1, H, d, d)
+        for layer, ((k, v), (K, V)) in enumerate(zip(new, views)):
+            a.append(layer, k, v)
+            K[:, :, -1:], V[:, :, -1:] = k, v
+        if t == 2:
+            rows = torch.tensor([2, 0, 0, 5, 4, 3])
+            a.reorder(rows, cross=False), b.reorder(rows, cross=False)
+        assert a.length == b.length == t + 1
+        for (ka, va), (kb, vb) in zip(a.self_kv, b.self_kv):
+            assert torch.equal(ka, kb) and torch.equal(va, vb)
