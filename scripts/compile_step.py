@@ -5,6 +5,7 @@
     python scripts/compile_step.py --big --steps 20      # d 512, 6+6 layers, 32k vocab, random
     python scripts/compile_step.py --cpp-wrapper         # Inductor's C++ wrapper (no Python)
     python scripts/compile_step.py --as-is               # the package's step, compiled unchanged
+    python scripts/compile_step.py --aoti                # AOTInductor: export, .pt2, a 2nd process
 
 Times only the decoder step (not the encoder, output projection or search), CPU time
 (``time.process_time``) of ``--steps`` steps over random tokens, eager and compiled rounds
@@ -13,7 +14,12 @@ cache's K/V passed in as views over ``P + 1`` positions (``DecoderCache.extend``
 one graph serves every step: the cache length, the rows and the capacity are dynamic
 dimensions (a first graph for ``P + 1 == 1``: sizes 1 are specialized). The first round's
 time includes compiling; run again with the same ``TORCHINDUCTOR_CACHE_DIR`` for the
-start-up with Inductor's on-disk cache. docs/speed.md "A compiled decoder step" has figures.
+start-up with Inductor's on-disk cache.
+
+``--aoti``: the same step ``torch.export``-ed (the model's weights in the package) with
+dynamic rows, memory rows, capacity, cache length and source length, compiled by
+AOTInductor into ``--aoti-dir`` (once: a package already there is reused), then loaded and
+timed in a fresh process, the start-up a second process would pay. docs/speed.md "A compiled decoder step" has figures.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import torch._inductor  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from seq2seq.checkpoint import load_model  # noqa: E402
@@ -68,6 +76,67 @@ def pure_step(model, tokens, kv, layouts):
     return model.decoder.final_norm(x)[:, None]
 
 
+def cpu_time() -> float:
+    """This process's CPU seconds and its finished children's (the C++ compiler's)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class BufferStep(torch.nn.Module):
+    """``pure_step`` over each layer's whole K/V buffers ``(R, H, C, d)``, the ``P + 1``
+    positions sliced inside (their count is ``pos``'s length): views passed in would carry
+    the capacity C in their strides only, which export specializes."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, bufs, layouts, pos):
+        P1 = pos.shape[0]
+        return pure_step(self.model, tokens, [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
+                         layouts)
+
+
+def aoti_package(model, args, path: Path, group: int) -> None:
+    """Export ``BufferStep`` with example ``args`` and compile it into the package ``path``."""
+    from torch.export import Dim
+
+    M, C, S = (Dim(n, min=1, max=8192) for n in ("M", "C", "S"))
+    P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])  # positional table rows
+    H, R = model.decoder.layers[0].cross_attn.h, M if group == 1 else group * M
+    dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
+            "layouts": [({0: H * M, 2: S}, {0: H * M, 1: S}, {0: H * M, 2: S})] * len(args[2]),
+            "pos": {0: P1}}
+    torch._inductor.config.compile_threads = 1  # g++ as reaped children: their CPU counted
+    wall, cpu = time.time(), cpu_time()
+    with torch.no_grad():
+        ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
+    print(f"export: {cpu_time() - cpu:.1f} s CPU, {time.time() - wall:.1f} s wall",
+          flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.pt2")
+    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
+    os.replace(tmp, path)
+    print(f"export + AOTInductor compile: {cpu_time() - cpu:.1f} s CPU (with the compiler's), "
+          f"{time.time() - wall:.1f} s wall -> {path}", flush=True)
+
+
+def aoti_loaded(path: Path):
+    """The package's step, loaded (timed: a second process's start-up)."""
+    wall, cpu = time.time(), cpu_time()
+    runner = torch._inductor.aoti_load_package(str(path))
+    print(f"load in a fresh process: {cpu_time() - cpu:.2f} s CPU, "
+          f"{time.time() - wall:.2f} s wall", flush=True)
+    pos = torch.empty(8192)  # its first P + 1 entries: the cache length as a size
+
+    def step(model, tokens, cache):
+        attn = model.decoder.layers[0].self_attn
+        layouts = cache.cross_layout()
+        cache.extend(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
+        return runner(tokens, cache.buffers, layouts, pos[: cache.length])
+    return step
+
+
 def compiled(model, cpp_wrapper: bool, as_is: bool):
     import torch._inductor.config as inductor
 
@@ -83,7 +152,7 @@ def compiled(model, cpp_wrapper: bool, as_is: bool):
     return step
 
 
-def main(argv=None) -> None:
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="data/models/multi30k_de_en_tiny.ckpt")
     ap.add_argument("--big", action="store_true", help="d 512, 6+6 layers, 32k vocab, random")
@@ -94,7 +163,15 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpp-wrapper", action="store_true")
     ap.add_argument("--as-is", action="store_true", help="compile seq2seq.model.step unchanged")
-    args = ap.parse_args(argv)
+    ap.add_argument("--aoti", action="store_true", help="AOTInductor, timed in a fresh process")
+    ap.add_argument("--aoti-dir", type=Path, default=Path("/tmp/seq2seq-aoti"))
+    ap.add_argument("--aoti-run", type=Path, help=argparse.SUPPRESS)  # the fresh process
+    return ap.parse_args(argv)
+
+
+def setup(args):
+    """The model, and ``run(step) -> (CPU seconds, states (T, R, 1, d_model))`` over the
+    same random tokens (and beam reorderings) each time."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     if args.big:
@@ -111,32 +188,69 @@ def main(argv=None) -> None:
             for _ in range(T)]  # each beam row replaced by one of its sentence's rows
 
     @torch.no_grad()
-    def run(step):
+    def run(step, steps=T):
         cache = model.init_cache(model.encode(src, mask), mask, capacity=64, group=G)
         out, start = [], time.process_time()
-        for t in range(T):
+        for t in range(steps):
             out.append(step(model, tokens[t], cache))
             if G > 1:
                 cache.reorder(rows[t], cross=False)
-        return time.process_time() - start, torch.stack(out)
+        return time.process_time() - start, torch.stack(out), cache
+    return model, run
 
+
+def compare(args, run, fast, label: str, out) -> str:
+    """Eager and ``fast`` rounds interleaved; medians, speed ratio and max |diff| of ``out``."""
+    _, ref, _ = run(decoder_step)
+    times = {"eager": [], label: []}
+    for _ in range(args.rounds):
+        times["eager"].append(run(decoder_step)[0])
+        times[label].append(run(fast)[0])
+    ms = {k: statistics.median(v) / args.steps * 1000 for k, v in times.items()}
+    return (f"rows {args.batch * args.beam}, {args.steps} steps: eager {ms['eager']:.2f} "
+            f"ms/step, {label} {ms[label]:.2f} ms/step ({ms['eager'] / ms[label]:.2f}x); "
+            f"max |diff| {(out - ref).abs().max().item():.2e}")
+
+
+def aoti(args, argv) -> None:
+    """Package the step unless ``--aoti-dir`` has it, then time it in a fresh process."""
+    name = f"{'big' if args.big else Path(args.model).stem}-beam{args.beam}.pt2"
+    path = args.aoti_dir / name
+    if path.exists():
+        print(f"{path} exists: not compiled again", flush=True)
+    else:
+        model, run = setup(args)
+        cache = run(decoder_step, steps=1)[2]  # P = 1: example sizes other than 0 and 1
+        attn = model.decoder.layers[0].self_attn
+        layouts = cache.cross_layout()
+        cache.extend(1, attn.h, attn.d_k, attn.d_v)
+        example = (torch.zeros(cache.batch_size, dtype=torch.long), cache.buffers, layouts,
+                   torch.empty(cache.length))
+        aoti_package(model, example, path, args.beam)
+    subprocess.run([sys.executable, __file__, *argv, "--aoti-run", str(path)], check=True)
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
+    if args.aoti:
+        return aoti(args, [a for a in argv if a != "--aoti"])
+    model, run = setup(args)
+    if args.aoti_run:
+        fast = aoti_loaded(args.aoti_run)
+        _, out, _ = run(fast)
+        print(compare(args, run, fast, "AOTInductor", out))
+        return
     from torch._dynamo.utils import counters
 
     fast = compiled(model, args.cpp_wrapper, args.as_is)
     wall = time.time()
-    first, out = run(fast)
+    first, out, _ = run(fast)
     print(f"first compiled round (compile or cache load): {first:.1f} s CPU, "
           f"{time.time() - wall:.1f} s wall", flush=True)
-    _, ref = run(decoder_step)
-    times = {"eager": [], "compiled": []}
-    for _ in range(args.rounds):
-        times["eager"].append(run(decoder_step)[0])
-        times["compiled"].append(run(fast)[0])
-    ms = {k: statistics.median(v) / T * 1000 for k, v in times.items()}
-    print(f"rows {B * G}, {T} steps: eager {ms['eager']:.2f} ms/step, compiled "
-          f"{ms['compiled']:.2f} ms/step ({ms['eager'] / ms['compiled']:.2f}x); "
-          f"max |diff| {(out - ref).abs().max().item():.2e}; graphs "
-          f"{counters['stats']['unique_graphs']}, graph breaks {sum(counters['graph_break'].values())}; "
+    print(f"{compare(args, run, fast, 'compiled', out)}; graphs "
+          f"{counters['stats']['unique_graphs']}, graph breaks "
+          f"{sum(counters['graph_break'].values())}; "
           f"cache dir {os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'Inductor default')}")
 
 

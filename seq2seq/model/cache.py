@@ -54,6 +54,13 @@ class DecoderCache:
         P = self.length
         return [(k[:, :, :P], v[:, :, :P]) for k, v in self._buffers]
 
+    @property
+    def buffers(self) -> list[KV]:
+        """Per layer, the whole K ``(B, H, C, d_k)`` / V buffers of capacity C, positions from
+        ``length`` on unwritten: for an exported step, whose input strides must follow C
+        (views over the first P positions carry C in their strides only)."""
+        return list(self._buffers)
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Write layer ``layer``'s K ``(B, H, L, d_k)`` / V ``(B, H, L, d_v)`` of L new positions
         after its P cached ones; return its K/V over all ``P + L`` positions (views)."""
