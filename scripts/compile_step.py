@@ -227,7 +227,9 @@ def aoti(args, argv) -> None:
         print(f"{path} exists: not compiled again", flush=True)
     else:
         model, run = setup(args)
-        cache = run(decoder_step, steps=1)[2]  # P = 1: example sizes other than 0 and 1
+        # P = 5: example sizes other than 0 and 1, and P + 1 below the capacity (beam
+        # reordering leaves P // 4 + 1 free positions; equal sizes would be taken as equal dims)
+        cache = run(decoder_step, steps=5)[2]
         attn = model.decoder.layers[0].self_attn
         layouts = cache.cross_layout()
         cache.extend(1, attn.h, attn.d_k, attn.d_v)
