@@ -19,7 +19,9 @@ start-up with Inductor's on-disk cache.
 ``--aoti``: the same step ``torch.export``-ed (the model's weights in the package) with
 dynamic rows, memory rows, capacity, cache length and source length, compiled by
 AOTInductor into ``--aoti-dir`` (once: a package already there is reused), then loaded and
-timed in a fresh process, the start-up a second process would pay. docs/speed.md "A compiled decoder step" has figures.
+timed in a fresh process, the start-up a second process would pay (the C++ loader; see
+docs/speed.md for ``aoti_load_package``'s). docs/speed.md "A compiled decoder step" has
+figures.
 """
 
 from __future__ import annotations
