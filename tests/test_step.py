@@ -106,3 +106,34 @@ def test_searches_agree_with_the_layers(monkeypatch):
             res = search(model, src, cfg)
             results.append([[(h.tokens, round(h.score, 4)) for h in hs] for hs in res.hypotheses])
     assert results[:2] == results[2:]
+
+
+def test_cache_extend_then_write_equals_append():
+    """``DecoderCache.extend`` (the interface a compiled step uses: views over P + L positions,
+    the caller writes the last L) leaves the cache as ``append`` does, across growth past the
+    capacity and a beam reorder; so does writing position P of the whole ``buffers`` (an
+    exported step's inputs: contiguous, so their strides follow the capacity)."""
+    model = model_for()
+    src = torch.randint(4, VOCAB, (2, 5))
+    mask = model.source_mask(src)
+    memory = model.encode(src, mask)
+    a, b, c = (model.init_cache(memory, mask, capacity=2, group=3) for _ in range(3))
+    H, d = model.arch.n_heads, model.arch.d_model // model.arch.n_heads
+    layers = len(model.decoder.layers)
+    for t in range(5):
+        new = [(torch.randn(6, H, 1, d), torch.randn(6, H, 1, d)) for _ in range(layers)]
+        views = b.extend(1, H, d, d)
+        c.extend(1, H, d, d)
+        for layer, ((k, v), (K, V), (Kc, Vc)) in enumerate(zip(new, views, c.buffers)):
+            a.append(layer, k, v)
+            K[:, :, -1:], V[:, :, -1:] = k, v
+            assert Kc.is_contiguous() and Vc.is_contiguous() and Kc.shape[2] >= c.length
+            Kc[:, :, t : t + 1], Vc[:, :, t : t + 1] = k, v
+        if t == 2:
+            rows = torch.tensor([2, 0, 0, 5, 4, 3])
+            for cache in (a, b, c):
+                cache.reorder(rows, cross=False)
+        assert a.length == b.length == c.length == t + 1
+        for (ka, va), (kb, vb), (kc, vc) in zip(a.self_kv, b.self_kv, c.self_kv):
+            assert torch.equal(ka, kb) and torch.equal(va, vb)
+            assert torch.equal(ka, kc) and torch.equal(va, vc)

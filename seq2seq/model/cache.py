@@ -54,6 +54,13 @@ class DecoderCache:
         P = self.length
         return [(k[:, :, :P], v[:, :, :P]) for k, v in self._buffers]
 
+    @property
+    def buffers(self) -> list[KV]:
+        """Per layer, the whole K ``(B, H, C, d_k)`` / V buffers of capacity C, positions from
+        ``length`` on unwritten: for an exported step, whose input strides must follow C
+        (views over the first P positions carry C in their strides only)."""
+        return list(self._buffers)
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Write layer ``layer``'s K ``(B, H, L, d_k)`` / V ``(B, H, L, d_v)`` of L new positions
         after its P cached ones; return its K/V over all ``P + L`` positions (views)."""
@@ -69,6 +76,21 @@ class DecoderCache:
         buf_v[:, :, P : P + L] = v
         self._filled[layer] = P + L
         return buf_k[:, :, : P + L], buf_v[:, :, : P + L]
+
+    def extend(self, L: int, heads: int, d_k: int, d_v: int) -> list[KV]:
+        """Every layer's K ``(B, H, P + L, d_k)`` / V views over ``P + L`` positions, the last
+        L counted as written: the caller writes them before reading (a compiled step, whose
+        shapes then depend only on the views, writes them inside its graph)."""
+        K0 = self.cross_kv[0][0]
+        B, P = self.batch_size, self.length
+        for layer in range(len(self.cross_kv)):
+            if layer == len(self._buffers):
+                self._buffers.append((K0.new_empty(B, heads, self.capacity, d_k),
+                                      K0.new_empty(B, heads, self.capacity, d_v)))
+            if P + L > self._buffers[layer][0].shape[2]:
+                self._grow(layer, P + L)
+            self._filled[layer] = P + L
+        return [(k[:, :, : P + L], v[:, :, : P + L]) for k, v in self._buffers]
 
     def _grow(self, layer: int, needed: int) -> None:
         """Double the layer's buffers until ``needed`` positions fit (amortized O(1) a step)."""
