@@ -16,9 +16,9 @@ dimensions (a first graph for ``P + 1 == 1``: sizes 1 are specialized). The firs
 time includes compiling; run again with the same ``TORCHINDUCTOR_CACHE_DIR`` for the
 start-up with Inductor's on-disk cache.
 
-``--aoti``: the same step ``torch.export``-ed (the model's weights in the package) with
-dynamic rows, memory rows, capacity, cache length and source length, compiled by
-AOTInductor into ``--aoti-dir`` (once: a package already there is reused), then loaded and
+``--aoti``: the step ``--compile`` runs (``seq2seq.model.compiled.package``: exported with
+the model's weights, dynamic rows, memory rows, capacity, cache length and source length),
+compiled by AOTInductor into ``--aoti-dir`` (once: a package already there is reused), then loaded and
 timed in a fresh process, the start-up a second process would pay (the C++ loader; see
 docs/speed.md for ``aoti_load_package``'s). docs/speed.md "A compiled decoder step" has
 figures.
@@ -27,7 +27,6 @@ figures.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import subprocess
@@ -39,43 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch._inductor  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.model.compute import linear  # noqa: E402
-from seq2seq.model.step import cross_attention, decoder_step, sublayer  # noqa: E402
+from seq2seq.model.compiled import package, pure_step  # noqa: E402
+from seq2seq.model.step import decoder_step  # noqa: E402
 from seq2seq.model.transformer import Seq2Seq  # noqa: E402
-
-
-def self_attention(attn, h, K, V):
-    """``step.self_attention`` with the new K/V written into the last position of views."""
-    R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
-    q = linear(attn.w_q, h).view(R * H, 1, d_k)
-    k, v = linear(attn.w_kv, h).split([H * d_k, H * d_v], dim=-1)
-    K.select(2, -1).copy_(k.view(R, H, d_k))  # (R, H, P+1, d_k): position P
-    V.select(2, -1).copy_(v.view(R, H, d_v))
-    scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
-    out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))
-    return linear(attn.w_o, out.view(R, H * d_v))
-
-
-def layer_step(layer, x, K, V, layout):
-    M, ff = layout[0].shape[0] // layer.cross_attn.h, layer.ff
-    x = sublayer(layer.self_block, x, lambda h: self_attention(layer.self_attn, h, K, V))
-    x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
-    return sublayer(layer.ff_block, x, lambda h: linear(ff.w2, ff.act(linear(ff.w1, h))))
-
-
-def pure_step(model, tokens, kv, layouts):
-    """``tokens (R,)``, per layer K/V views ``(R, H, P+1, d)`` and the cross layout ->
-    ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P."""
-    emb, P = model.tgt_embed, kv[0][0].shape[2] - 1
-    x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
-                  alpha=emb.scale)
-    for layer, (K, V), layout in zip(model.decoder.layers, kv, layouts):
-        x = layer_step(layer, x, K, V, layout)
-    return model.decoder.final_norm(x)[:, None]
 
 
 def cpu_time() -> float:
@@ -84,41 +52,12 @@ def cpu_time() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-class BufferStep(torch.nn.Module):
-    """``pure_step`` over each layer's whole K/V buffers ``(R, H, C, d)``, the ``P + 1``
-    positions sliced inside (their count is ``pos``'s length): views passed in would carry
-    the capacity C in their strides only, which export specializes."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens, bufs, layouts, pos):
-        P1 = pos.shape[0]
-        return pure_step(self.model, tokens, [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
-                         layouts)
-
-
-def aoti_package(model, args, path: Path, group: int) -> None:
-    """Export ``BufferStep`` with example ``args`` and compile it into the package ``path``."""
-    from torch.export import Dim
-
-    M, C, S = (Dim(n, min=1, max=8192) for n in ("M", "C", "S"))
-    P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])  # positional table rows
-    H, R = model.decoder.layers[0].cross_attn.h, M if group == 1 else group * M
-    dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
-            "layouts": [({0: H * M, 2: S}, {0: H * M, 1: S}, {0: H * M, 2: S})] * len(args[2]),
-            "pos": {0: P1}}
+def aoti_package(model, path: Path, group: int) -> None:
+    """``seq2seq.model.compiled.package`` (what ``--compile`` runs), timed."""
     torch._inductor.config.compile_threads = 1  # g++ as reaped children: their CPU counted
     wall, cpu = time.time(), cpu_time()
     with torch.no_grad():
-        ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
-    print(f"export: {cpu_time() - cpu:.1f} s CPU, {time.time() - wall:.1f} s wall",
-          flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.pt2")
-    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
-    os.replace(tmp, path)
+        package(model, group, path)
     print(f"export + AOTInductor compile: {cpu_time() - cpu:.1f} s CPU (with the compiler's), "
           f"{time.time() - wall:.1f} s wall -> {path}", flush=True)
 
@@ -228,16 +167,8 @@ def aoti(args, argv) -> None:
     if path.exists():
         print(f"{path} exists: not compiled again", flush=True)
     else:
-        model, run = setup(args)
-        # P = 5: example sizes other than 0 and 1, and P + 1 below the capacity (beam
-        # reordering leaves P // 4 + 1 free positions; equal sizes would be taken as equal dims)
-        cache = run(decoder_step, steps=5)[2]
-        attn = model.decoder.layers[0].self_attn
-        layouts = cache.cross_layout()
-        cache.extend(1, attn.h, attn.d_k, attn.d_v)
-        example = (torch.zeros(cache.batch_size, dtype=torch.long), cache.buffers, layouts,
-                   torch.empty(cache.length))
-        aoti_package(model, example, path, args.beam)
+        model, _ = setup(args)
+        aoti_package(model, path, args.beam)
     subprocess.run([sys.executable, __file__, *argv, "--aoti-run", str(path)], check=True)
 
 

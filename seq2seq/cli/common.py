@@ -175,6 +175,16 @@ def add_shortlist_argument(ap: argparse.ArgumentParser | Any) -> None:
                          "computes fewer output rows; changes some outputs (default off)")
 
 
+def add_compile_argument(ap: argparse.ArgumentParser | Any) -> None:
+    """``--compile`` (dest ``compile``): the decoder step compiled ahead of time, set once
+    when the model loads (``model/compiled.py``)."""
+    ap.add_argument("--compile", action="store_true", default=None,
+                    help="compile the one-token decoder step with the C++ compiler "
+                         "(AOTInductor) once per model and beam width, cached on disk; same "
+                         "outputs, faster steps; float32 and one model only; without a "
+                         "compiler: decoded eagerly, with a note (default off)")
+
+
 def note_compute_type(prog: str, requested: str | None, chosen: str) -> None:
     """One stderr line saying what ``--compute-type auto`` became on this machine."""
     if requested == "auto":

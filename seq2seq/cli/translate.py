@@ -40,6 +40,7 @@ from pathlib import Path
 import seq2seq.documents as documents
 from seq2seq.cli.common import (
     Parser,
+    add_compile_argument,
     add_compute_type_argument,
     add_direction_args,
     add_model_argument,
@@ -87,6 +88,7 @@ def add_decoding_args(ap: argparse.ArgumentParser) -> None:
                         "line); default: lines are cut into sentences, translated, put back")
     add_compute_type_argument(g)
     add_shortlist_argument(g)
+    add_compile_argument(g)
     g.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 

@@ -92,6 +92,10 @@ class DecodingConfig:
     # pieces; off by default: it changes some outputs (99% of greedy ones kept on Multi30k
     # test, ~96% of beam-5 ones) and no speed gain is measured yet (docs/speed.md)
     shortlist: bool = False
+    # a load-time setting too (float32, one model): the one-token decoder step compiled
+    # ahead of time with a C++ compiler (AOTInductor), once per model and beam width, cached
+    # on disk; same outputs, ~1.4x faster steps on Tiny greedy (docs/speed.md)
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -140,6 +144,8 @@ def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:
         over["compute_type"] = args.compute_type
     if getattr(args, "shortlist", False):  # load-time too
         over["shortlist"] = True
+    if getattr(args, "compile", False):  # load-time too
+        over["compile"] = True
     method = over.get("method", d.method)
     if over.get("nbest", 1) > 1 and method == "greedy":
         raise ValueError("--nbest N > 1 needs --beam K >= N or --sample")

@@ -41,7 +41,7 @@ from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
-from seq2seq.model import Seq2Seq, compute
+from seq2seq.model import Seq2Seq, compiled, compute
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -115,21 +115,24 @@ class Translator:
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
                         device: str | torch.device = "cpu", compute_type: str | None = None,
-                        shortlist: bool | None = None) -> Translator:
+                        shortlist: bool | None = None, compile: bool | None = None) -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
         bad file or a tokenizer whose bytes do not match its stored fingerprint). The model's
         linear layers run in ``compute_type`` (default ``decoding.compute_type``; ``auto``
         resolved, see :attr:`compute_type`; ``seq2seq.model.compute``). ``shortlist``
         (default ``decoding.shortlist``): decode over each batch's candidates of the
-        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one)."""
+        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one).
+        ``compile`` (default ``decoding.compile``): the decoder step compiled ahead of time
+        (``model/compiled.py``; float32 only, ``ValueError`` otherwise)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
         return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type,
-                               shortlist)
+                               shortlist, compile)
 
     @classmethod
     def from_loaded(cls, ckpt: dict, where: str, decoding: DecodingConfig | None = None,
                     device: str | torch.device = "cpu", model=None,
-                    compute_type: str | None = None, shortlist: bool | None = None) -> Translator:
+                    compute_type: str | None = None, shortlist: bool | None = None,
+                    compile: bool | None = None) -> Translator:
         """:meth:`from_checkpoint` of a checkpoint already loaded (and verified); ``model``:
         the one built from it, if any."""
         meta = ckpt["seq2seq"]
@@ -150,6 +153,11 @@ class Translator:
                                  "seq2seq-shortlist (-o NEW.ckpt or --in-place), or decode "
                                  "without --shortlist")
             translator.model.shortlist = Shortlist.from_entry(entry, model.arch)
+        if translator.decoding.compile if compile is None else compile:
+            if translator.compute_type != "float32":
+                raise ValueError(f"--compile: only for --compute-type float32, not "
+                                 f"{translator.compute_type}")
+            compiled.attach(translator.model)
         return translator
 
     @classmethod
@@ -170,6 +178,9 @@ class Translator:
             return cls.from_checkpoint(paths[0], decoding, device, compute_type, shortlist)
         compute_type = compute_type or (decoding or DecodingConfig()).compute_type
         shortlist = (decoding or DecodingConfig()).shortlist if shortlist is None else shortlist
+        if (decoding or DecodingConfig()).compile:
+            raise ValueError("--compile: for one model, not an ensemble of "
+                             f"{len(paths)} checkpoints")
         members = [cls.from_checkpoint(p, device=device, compute_type=compute_type,
                                        shortlist=shortlist) for p in paths]
         names = [str(p) for p in paths]

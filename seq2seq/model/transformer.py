@@ -172,7 +172,10 @@ class Seq2Seq(nn.Module):
         if cache is None:
             cross_kv, start = self.decoder.cross_kv(memory), 0
         elif step.supported(self, cache, tgt.shape[1], weights is not None):
-            return step.decoder_step(self, tgt[:, 0], cache), cache  # the fused one-token step
+            fast = self.__dict__.get("compiled_step")  # --compile (model/compiled.py)
+            out = None if fast is None else fast(self, tgt[:, 0], cache)
+            out = step.decoder_step(self, tgt[:, 0], cache) if out is None else out
+            return out, cache  # the fused one-token step
         else:
             cross_kv, start, memory_mask = cache.cross_kv, cache.length, cache.memory_mask
         L = tgt.shape[1]

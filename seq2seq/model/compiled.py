@@ -1,0 +1,233 @@
+"""The one-token decoder step compiled ahead of time (AOTInductor), opt-in (``--compile``).
+
+``model.step``'s maths, restructured so that one graph serves every step: each layer's
+whole K/V cache buffers ``(R, H, C, d)`` go in and the ``P + 1`` filled positions are sliced
+inside (their count is the length of ``pos``), so the rows, memory rows, capacity, cache
+length and source length are dynamic dimensions. It is ``torch.export``-ed with the model's
+weights and compiled by ``torch._inductor.aoti_compile_and_package`` into a package per
+(weights, torch version, CPU instruction sets, group size), cached on disk
+(:func:`cache_dir`), and run through the C++ loader (``AOTIModelPackageLoader.boxed_run``:
+``aoti_load_package`` probes the CPU with compilers, seconds). Greedy decoding has group 1,
+beam search group ``k``: each gets its package on first use. Float32 on CPU only. Anything
+that fails (no C++ compiler, export, compiling, loading) leaves eager decoding and one note
+on stderr. docs/speed.md "A compiled decoder step" has figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.files import new_file_mode
+from seq2seq.model.cache import DecoderCache
+from seq2seq.model.compute import linear
+from seq2seq.model.step import cross_attention, decoder_step, sublayer
+
+COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests and notes
+ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+       "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon",
+       "asimd", "sve")
+
+
+def _self_attention(attn, h: Tensor, K: Tensor, V: Tensor) -> Tensor:
+    """``step.self_attention`` with the new K/V written into the last position of views."""
+    R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
+    q = linear(attn.w_q, h).view(R * H, 1, d_k)
+    k, v = linear(attn.w_kv, h).split([H * d_k, H * d_v], dim=-1)
+    K.select(2, -1).copy_(k.view(R, H, d_k))  # (R, H, P+1, d_k): position P
+    V.select(2, -1).copy_(v.view(R, H, d_v))
+    scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
+    out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))
+    return linear(attn.w_o, out.view(R, H * d_v))
+
+
+def _layer_step(layer, x: Tensor, K: Tensor, V: Tensor, layout) -> Tensor:
+    M, ff = layout[0].shape[0] // layer.cross_attn.h, layer.ff
+    x = sublayer(layer.self_block, x, lambda h: _self_attention(layer.self_attn, h, K, V))
+    x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
+    return sublayer(layer.ff_block, x, lambda h: linear(ff.w2, ff.act(linear(ff.w1, h))))
+
+
+def pure_step(model, tokens: Tensor, kv, layouts) -> Tensor:
+    """``tokens (R,)``, per layer K/V views ``(R, H, P+1, d)`` and the cross layout ->
+    ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P."""
+    emb, P = model.tgt_embed, kv[0][0].shape[2] - 1
+    x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
+                  alpha=emb.scale)
+    for layer, (K, V), layout in zip(model.decoder.layers, kv, layouts):
+        x = _layer_step(layer, x, K, V, layout)
+    return model.decoder.final_norm(x)[:, None]
+
+
+class BufferStep(torch.nn.Module):
+    """:func:`pure_step` over each layer's whole K/V buffers ``(R, H, C, d)``, the ``P + 1``
+    positions sliced inside: views passed in would carry the capacity C in their strides
+    only, which export specializes."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, bufs, layouts, pos):
+        P1 = pos.shape[0]
+        return pure_step(self.model, tokens, [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
+                         layouts)
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler Inductor would look for (``$CXX``, g++, c++, clang++), if installed;
+    not Inductor's own lookup, whose import costs a second of every run."""
+    names = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+    return next((path for path in map(shutil.which, filter(None, names)) if path), None)
+
+
+def cache_dir() -> Path:
+    """``$SEQ2SEQ_CACHE_DIR/compiled``, else ``$XDG_CACHE_HOME/seq2seq/compiled``, else
+    ``~/.cache/seq2seq/compiled`` (the data cache's root, ``data/cache.py``)."""
+    if os.environ.get("SEQ2SEQ_CACHE_DIR"):
+        return Path(os.environ["SEQ2SEQ_CACHE_DIR"]).expanduser() / "compiled"
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg).expanduser() / "seq2seq" / "compiled"
+
+
+def cpu_isa() -> str:
+    """The instruction sets of this CPU that compiled code may use (its flags line's)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f
+                          if line.startswith(("flags", "Features"))), set())
+    except OSError:
+        flags = set()
+    return " ".join([platform.machine(), *(f for f in ISA if f in flags)])
+
+
+def weights_digest(model) -> str:
+    """sha256 of the model's state (names, dtypes, shapes, bytes)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def note(msg: str) -> None:
+    """One stderr line, named by the command (``seq2seq-translate``, or ``python -m``'s)."""
+    argv0 = Path(sys.argv[0] if sys.argv and sys.argv[0] else "x")
+    prog = argv0.name if argv0.name.startswith("seq2seq-") else (
+        f"seq2seq-{argv0.stem}" if argv0.parent.name == "cli" else "seq2seq")
+    print(f"{prog}: {msg}", file=sys.stderr, flush=True)
+
+
+def _example(model, group: int):
+    """``BufferStep``'s inputs after 5 steps of 3 random sources of 11 tokens: sizes other
+    than 0 and 1 (specialized) and apart from each other (equal sizes may be unified)."""
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(4, model.arch.src_vocab_size, (3, 11), generator=gen)
+    mask = model.source_mask(src)
+    cache = model.init_cache(model.encode(src, mask), mask, capacity=64, group=group)
+    R = cache.batch_size
+    for _ in range(5):
+        decoder_step(model, torch.randint(4, model.arch.tgt_vocab_size, (R,), generator=gen), cache)
+    attn = model.decoder.layers[0].self_attn
+    layouts = cache.cross_layout()
+    cache.extend(1, attn.h, attn.d_k, attn.d_v)
+    return (torch.zeros(R, dtype=torch.long), cache.buffers, layouts, torch.empty(cache.length))
+
+
+def package(model, group: int, path: Path) -> None:
+    """Export :class:`BufferStep` and compile it into ``path``, written atomically."""
+    import torch._inductor
+    from torch.export import Dim
+
+    args = _example(model, group)
+    M, C, S = (Dim(n, min=1, max=8192) for n in ("M", "C", "S"))
+    P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])  # positional table rows
+    H, R = model.decoder.layers[0].cross_attn.h, M if group == 1 else group * M
+    dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
+            "layouts": [({0: H * M, 2: S}, {0: H * M, 1: S}, {0: H * M, 2: S})] * len(args[2]),
+            "pos": {0: P1}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".pt2")
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():  # torch's own deprecations, not the user's business
+            warnings.simplefilter("ignore")
+            ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
+            torch._inductor.aoti_compile_and_package(ep, package_path=tmp)
+        os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    COUNTS["compiled"] += 1
+
+
+class CompiledStep:
+    """``decoder_step``'s signature over one package per group size, made or loaded on
+    first use; ``None`` from a call: decode eagerly (it failed once, said so once)."""
+
+    def __init__(self, model):
+        self.key = " ".join([weights_digest(model), torch.__version__, cpu_isa()])
+        self.loaders: dict[int, object] = {}
+        self.failed = False
+        self.pos = torch.empty(model.tgt_embed.positions.shape[0])  # its first P+1: a size
+
+    def path(self, group: int) -> Path:
+        digest = hashlib.sha256(f"{self.key} group {group}".encode()).hexdigest()[:32]
+        return cache_dir() / f"step-{digest}.pt2"
+
+    def _load(self, model, group: int):
+        path = self.path(group)
+        try:
+            if not path.exists():
+                note(f"compiling the decoder step for this model once (~30 s), cached in "
+                     f"{path.parent}")
+                with torch.no_grad():
+                    package(model, group, path)
+            loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+        except Exception as e:  # noqa: BLE001 - any failure: eager decoding, one note
+            self.failed = True
+            why = " ".join(str(e).split())[:200]
+            note(f"--compile: the compiled decoder step failed ({type(e).__name__}: {why}); "
+                 "decoding eagerly")
+            return None
+        COUNTS["loaded"] += 1
+        return loader
+
+    def __call__(self, model, tokens: Tensor, cache: DecoderCache) -> Tensor | None:
+        """``tokens (R,)`` -> ``(R, 1, d_model)`` as ``step.decoder_step``, or None."""
+        if self.failed or tokens.device.type != "cpu":
+            return None
+        if cache.group not in self.loaders:
+            self.loaders[cache.group] = self._load(model, cache.group)
+        loader = self.loaders[cache.group]
+        if loader is None:
+            return None
+        attn = model.decoder.layers[0].self_attn
+        layouts = cache.cross_layout()
+        cache.extend(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
+        flat = [tokens.contiguous(), *(t for kv in cache.buffers for t in kv),
+                *(t for layout in layouts for t in layout), self.pos[: cache.length]]
+        COUNTS["steps"] += 1
+        return loader.boxed_run(flat)[0]  # the export's input order, flattened
+
+
+def attach(model) -> bool:
+    """Give a float32 CPU ``model`` a compiled step (``model.compiled_step``), used by
+    ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler."""
+    if cpp_compiler() is None:
+        note("--compile: no C++ compiler found (g++/clang++); decoding eagerly")
+        return False
+    model.compiled_step = CompiledStep(model)
+    return True
