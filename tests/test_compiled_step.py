@@ -42,11 +42,19 @@ def eager() -> dict[str, list[str]]:
             for name, d in SEARCHES.items()}
 
 
+def near_ties(outputs: list[str], reference: list[str]) -> int:
+    """Lines that differ. The compiled kernels sum in another order (states within ~3e-6),
+    which may flip a near-tie: 1 of 1,000 test_2016 lines under beam 5 on an AVX-512 Xeon,
+    greedy none (docs/speed.md); a wrong step changes most lines."""
+    assert len(outputs) == len(reference)
+    return sum(a != b for a, b in zip(outputs, reference))
+
+
 @pytest.mark.parametrize("search", list(SEARCHES))
 def test_compiled_step_translates_as_eager(search, eager, cache, capsys):
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES[search], compile=True)
     steps = compiled.COUNTS["steps"]
-    assert translator.translate(TEXTS) == eager[search]
+    assert near_ties(translator.translate(TEXTS), eager[search]) <= 1
     assert compiled.COUNTS["steps"] > steps + 20  # the compiled step ran, every step
     assert list(translator.model.compiled_step.loaders) == [1 if search == "greedy" else 5]
     assert "Traceback" not in capsys.readouterr().err
@@ -57,7 +65,7 @@ def test_second_model_loads_the_package_without_compiling(eager, cache):
     Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True).translate(TEXTS[:2])
     counts = dict(compiled.COUNTS)
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
-    assert translator.translate(TEXTS) == eager["greedy"]
+    assert near_ties(translator.translate(TEXTS), eager["greedy"]) <= 1
     assert compiled.COUNTS["compiled"] == counts["compiled"]
     assert compiled.COUNTS["loaded"] == counts["loaded"] + 1
     assert compiled.COUNTS["steps"] > counts["steps"]
