@@ -133,6 +133,8 @@ NOT_HELD_BY_HF = {
                     "float32, and HF's dtype is the caller's (torch_dtype)",
     "shortlist": "the vocabulary shortlist's table stays in our checkpoint; HF generate "
                  "scores the whole vocabulary",
+    "compile": "how our decoder step runs on this CPU (an AOTInductor package); HF's "
+               "generate has its own (torch.compile)",
 }
 
 
