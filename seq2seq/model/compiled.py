@@ -16,7 +16,6 @@ on stderr. docs/speed.md "A compiled decoder step" has figures.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import platform
 import shutil
@@ -31,8 +30,7 @@ from torch import Tensor
 
 from seq2seq.files import new_file_mode
 from seq2seq.model.cache import DecoderCache
-from seq2seq.model.compute import linear
-from seq2seq.model.step import cross_attention, decoder_step, sublayer
+from seq2seq.model.step import decoder_step, layer_step
 
 COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests and notes
 ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
@@ -40,23 +38,14 @@ ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"
        "asimd", "sve")
 
 
-def _self_attention(attn, h: Tensor, K: Tensor, V: Tensor) -> Tensor:
-    """``step.self_attention`` with the new K/V written into the last position of views."""
-    R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
-    q = linear(attn.w_q, h).view(R * H, 1, d_k)
-    k, v = linear(attn.w_kv, h).split([H * d_k, H * d_v], dim=-1)
-    K.select(2, -1).copy_(k.view(R, H, d_k))  # (R, H, P+1, d_k): position P
-    V.select(2, -1).copy_(v.view(R, H, d_v))
-    scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
-    out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))
-    return linear(attn.w_o, out.view(R, H * d_v))
-
-
-def _layer_step(layer, x: Tensor, K: Tensor, V: Tensor, layout) -> Tensor:
-    M, ff = layout[0].shape[0] // layer.cross_attn.h, layer.ff
-    x = sublayer(layer.self_block, x, lambda h: _self_attention(layer.self_attn, h, K, V))
-    x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
-    return sublayer(layer.ff_block, x, lambda h: linear(ff.w2, ff.act(linear(ff.w1, h))))
+def _write_last(K: Tensor, V: Tensor):
+    """``step.self_attention``'s ``write`` for views ``(R, H, P+1, d)`` over the buffers:
+    the new K/V go into their last position, inside the graph."""
+    def write(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:  # (R, H, 1, d) each
+        K.select(2, -1).copy_(k[:, :, 0])
+        V.select(2, -1).copy_(v[:, :, 0])
+        return K, V
+    return write
 
 
 def pure_step(model, tokens: Tensor, kv, layouts) -> Tensor:
@@ -66,7 +55,7 @@ def pure_step(model, tokens: Tensor, kv, layouts) -> Tensor:
     x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
                   alpha=emb.scale)
     for layer, (K, V), layout in zip(model.decoder.layers, kv, layouts):
-        x = _layer_step(layer, x, K, V, layout)
+        x = layer_step(layer, x, _write_last(K, V), layout)
     return model.decoder.final_norm(x)[:, None]
 
 

@@ -25,6 +25,7 @@ Tests hold both paths equal (``tests/test_model.py``).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -57,12 +58,14 @@ def sublayer(block: Residual, x: Tensor, f) -> Tensor:
     return block.norm(x + f(x))
 
 
-def self_attention(attn: MultiHeadAttention, h: Tensor, cache: DecoderCache, layer: int) -> Tensor:
-    """One new query per row over the row's cached positions plus itself. ``h (R, d_model)``."""
+def self_attention(attn: MultiHeadAttention, h: Tensor, write) -> Tensor:
+    """One new query per row over the row's cached positions plus itself. ``h (R, d_model)``;
+    ``write(k, v)`` stores the new K ``(R, H, 1, d_k)`` / V and returns K/V over all ``P + 1``
+    positions (``DecoderCache.append``, or a compiled step's write into its buffers)."""
     R, H, d_k, d_v = h.shape[0], attn.h, attn.d_k, attn.d_v
     q = linear(attn.w_q, h).view(R * H, 1, d_k)
     k, v = linear(attn.w_kv, h).split([H * d_k, H * d_v], dim=-1)
-    K, V = cache.append(layer, k.view(R, H, 1, d_k), v.view(R, H, 1, d_v))  # (R, H, P+1, d)
+    K, V = write(k.view(R, H, 1, d_k), v.view(R, H, 1, d_v))  # (R, H, P+1, d)
     scores = torch.bmm(q * (1.0 / math.sqrt(d_k)), K.flatten(0, 1).transpose(1, 2))
     out = torch.bmm(torch.softmax(scores, dim=-1), V.flatten(0, 1))  # (R*H, 1, d_v)
     return linear(attn.w_o, out.view(R, H * d_v))
@@ -81,12 +84,12 @@ def cross_attention(attn: MultiHeadAttention, h: Tensor, layout: tuple[Tensor, T
     return linear(attn.w_o, out)
 
 
-def layer_step(layer: DecoderLayer, x: Tensor, cache: DecoderCache, index: int) -> Tensor:
-    layout = cache.cross_layout()[index]
-    M, ff = cache.cross_kv[index][0].shape[0], layer.ff
+def layer_step(layer: DecoderLayer, x: Tensor, write, layout) -> Tensor:
+    """One decoder layer for rows ``x (R, d_model)``: ``write`` as :func:`self_attention`'s,
+    ``layout`` the cross layout, whose first dimension is memory rows x heads."""
+    M, ff = layout[0].shape[0] // layer.cross_attn.h, layer.ff
     with phase("seq2seq.decoder.self_attn"):  # the profiler's labels, free when off
-        x = sublayer(layer.self_block, x,
-                     lambda h: self_attention(layer.self_attn, h, cache, index))
+        x = sublayer(layer.self_block, x, lambda h: self_attention(layer.self_attn, h, write))
     with phase("seq2seq.decoder.cross_attn"):
         x = sublayer(layer.cross_block, x, lambda h: cross_attention(layer.cross_attn, h, layout, M))
     with phase("seq2seq.decoder.ffn"):
@@ -97,6 +100,6 @@ def decoder_step(model, tokens: Tensor, cache: DecoderCache) -> Tensor:
     """``tokens (R,)``, one per decoder row, after the cache's P positions -> the decoder's
     last states ``(R, 1, d_model)`` (before the output projection); the cache is extended."""
     x = embed(model.tgt_embed, tokens, cache.length)
-    for index, layer in enumerate(model.decoder.layers):
-        x = layer_step(layer, x, cache, index)
+    for index, (layer, layout) in enumerate(zip(model.decoder.layers, cache.cross_layout())):
+        x = layer_step(layer, x, partial(cache.append, index), layout)
     return model.decoder.final_norm(x)[:, None]
