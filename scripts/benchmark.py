@@ -54,6 +54,15 @@ def peers(text: str) -> tuple[str, ...]:
     return values
 
 
+def paths(text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    missing = [v for v in values if not Path(v).is_file()]
+    if not values or missing:
+        raise argparse.ArgumentTypeError(f"expected checkpoint files separated by commas; not a file: "
+                                         f"{', '.join(missing) or repr(text)}")
+    return values
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "split: seq2seq-train as 1 process x 2 threads vs DDP 2 x 1; shared: translation and "
                          "training beside 0, 1 and 2 busy cores under two thread policies; gemm: the training "
                          "step's achieved FLOP/s as a fraction of its GEMMs' as plain torch.mm/bmm, "
-                         "fp32 and bf16 autocast)")
+                         "fp32 and bf16 autocast; students: --students against the checkpoint as "
+                         "teacher, greedy and beam, with the timed outputs' BLEU)")
     ap.add_argument("--limit", type=int, default=None,
                     help="decode only the first N test sentences (default: all 1,000)")
     ap.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
@@ -101,6 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-bf16", dest="bf16", action="store_false",
                     help="train and gemm sections: time fp32 only (bf16 autocast is slow on CPUs without "
                          "native bf16)")
+    ap.add_argument("--students", type=paths, default=(), metavar="CKPT[,CKPT...]",
+                    help="students section: the distilled checkpoints to time against -m (the teacher)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     args = ap.parse_args(argv)
     if args.repeats < 1:

@@ -55,13 +55,14 @@ Step = Callable[[Any], int]  # one optimizer step on a batch; returns its target
 
 
 def read_test_sources(ckpt: dict, data_dir: str | os.PathLike, split: str = TEST_SPLIT,
-                      limit: int | None = None) -> list[str]:
-    """The source side of a Multi30k split in the checkpoint's language pair."""
+                      limit: int | None = None, side: str = "src") -> list[str]:
+    """The source side (or ``side="tgt"``: the references) of a Multi30k split in the
+    checkpoint's language pair."""
     from seq2seq.data.sources import read_lines, resolve_corpus  # pulls in datasets + lightning
 
     meta = ckpt["seq2seq"]
     data = DataConfig(data_dir=str(data_dir), src_lang=meta["src_lang"], tgt_lang=meta["tgt_lang"])
-    return read_lines(resolve_corpus(data, split)[0])[:limit]
+    return read_lines(resolve_corpus(data, split)[side == "tgt"])[:limit]
 
 
 def source_ids(texts: Sequence[str], tokenizers: TokenizerPair, arch: ModelConfig) -> list[list[int]]:

@@ -36,6 +36,7 @@ from scripts.bench.report import (
 )
 from scripts.bench.shared import bench_shared
 from scripts.bench.split import bench_split
+from scripts.bench.students import bench_students, students_table
 from scripts.bench.timing import (
     QUIET_LOAD,
     RSS_RESETTABLE,
@@ -54,8 +55,8 @@ from seq2seq.config import ModelConfig, from_dict
 SECTIONS = ("decode", "train", "attention")
 # on request: beam profile; training-step profile; training levers; training step by vocabulary size; both cores as
 # one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused);
-# the training step against its GEMMs alone
-EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared", "gemm")
+# the training step against its GEMMs alone; distilled students against the checkpoint as teacher
+EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared", "gemm", "students")
 Log = Callable[[str], None]
 
 
@@ -79,6 +80,7 @@ class Options:
     data_dir: str | os.PathLike = "data/multi30k"
     checkpoint: str = ""  # the file the decode rows' processes load
     cache_dir: str | os.PathLike = ".cache/seq2seq"
+    students: tuple[str, ...] = ()  # checkpoints the students section times against the teacher
 
 
 def pair(ckpt: dict) -> str:
@@ -185,10 +187,23 @@ def shared_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def students_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit)
+    refs = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, opts.limit, side="tgt")
+    log(f"\n[students] {len(texts)} sentences of Multi30k {TEST_SPLIT}, teacher {opts.checkpoint}")
+    res = bench_students(opts.checkpoint, opts.students, texts, refs, pair(ckpt), repeats=opts.repeats,
+                         threads=opts.threads, max_tokens=opts.decode_max_tokens,
+                         beam_size=opts.beam_size, log=log)
+    log("\n" + students_table(res, f"Students and teacher: Multi30k {TEST_SPLIT} {pair(ckpt)}, "
+                              f"{len(texts)} sentences, {opts.threads} thread(s)"))
+    return res
+
+
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
            "profile": profile_section, "train-profile": train_profile_section,
            "levers": levers_section, "vocab": vocab_section,
-           "split": split_section, "shared": shared_section, "gemm": gemm_section}
+           "split": split_section, "shared": shared_section, "gemm": gemm_section,
+           "students": students_section}
 
 
 def environment(threads: int) -> dict:
