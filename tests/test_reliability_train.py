@@ -159,6 +159,13 @@ REFUSED = [  # (id, extra options (or a function of the fixtures), words the err
     ("init_from damaged", lambda c, t: ["--model.init_from", str(t["truncated"])], ["truncated"]),
     ("init_from other language pair", lambda c, t: ["--model.init_from", str(t["avg"]),
                                                     "--data.data.tgt_lang", "fr"], ["de->en"]),
+    ("tokenizer_from missing", lambda c, t: ["--data.data.tokenizer_from", str(t["root"] / "nope.ckpt")],
+     ["nope.ckpt", "no such file"]),
+    ("tokenizer_from other language pair", lambda c, t: ["--data.data.tokenizer_from", "multi30k_en_de_tiny"],
+     ["--data.data.tokenizer_from multi30k_en_de_tiny", "en->de", "de->en"]),
+    ("tokenizer_from and init_from differ", lambda c, t: ["--model.init_from", str(t["avg"]),
+                                                          "--data.data.tokenizer_from", "multi30k_de_en_tiny"],
+     ["--model.init_from", "--data.data.tokenizer_from multi30k_de_en_tiny", "other tokenizers"]),
 ]
 
 
@@ -195,6 +202,23 @@ def test_init_from_an_average_starts_from_its_weights_and_tokenizers(corpus, tra
     assert arch == {**given, "dropout": 0.25}
     for name, w in model_state(start).items():
         torch.testing.assert_close(model_state(out)[name], w, rtol=0, atol=1e-6)
+
+
+def test_tokenizer_from_a_shipped_model_gives_its_vocabulary_to_a_new_model(corpus, tmp_path,
+                                                                          capsys, monkeypatch):
+    """The run trains no tokenizer: its checkpoint holds the shipped model's tokenizers and
+    vocabulary size, with this run's own (smoke) architecture and fresh weights."""
+    cache = tmp_path / "cache"
+    extra = ["--data.data.tokenizer_from", "multi30k_de_en_tiny", "--trainer.logger", "false",
+             "--data.data.cache_dir", str(cache)]
+    code, err = train(args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
+    assert code == 0, err
+    out, given = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt"), load_checkpoint("multi30k_de_en_tiny")
+    assert out["seq2seq"]["tokenizers"] == given["seq2seq"]["tokenizers"]
+    arch, theirs = out["seq2seq"]["model_config"], given["seq2seq"]["model_config"]
+    assert arch["src_vocab_size"] == theirs["src_vocab_size"] == 8000  # not the configured 300
+    assert arch["d_model"] != theirs["d_model"]  # the smoke shape, not the shipped one
+    assert list(cache.rglob("*.arrow")) and not list(cache.rglob("*.model"))  # data tokenized, no tokenizer trained
 
 
 # ---------------------------------------------------------------- kill -9

@@ -43,7 +43,7 @@ from seq2seq.cli.train_checks import (
     prepare_fit,
     refuse_yaml_aliases,
     release_run_folders,
-    use_init_from_tokenizers,
+    use_given_tokenizers,
 )
 from seq2seq.cli.train_help import HelpFormatter, annotate, description
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -105,7 +105,7 @@ class Seq2SeqCLI(LightningCLI):
         release_run_folders()
 
     def before_validate(self) -> None:
-        use_init_from_tokenizers(self.model, self.datamodule)
+        use_given_tokenizers(self.model, self.datamodule)
 
     def before_instantiate_classes(self) -> None:
         # Checkpoints follow the run's root dir, as Lightning users expect: with a fixed

@@ -254,7 +254,7 @@ def check_ckpt_path(path: Any) -> None:
 
 def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
     """Before ``fit``: a new run does not write over an earlier run's checkpoints;
-    ``init_from``'s tokenizers for the data; no stale temporary files."""
+    ``init_from``'s or ``tokenizer_from``'s tokenizers for the data; no stale temporary files."""
     folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath]
     if trainer.is_global_zero:  # the other ranks of a run share rank 0's folders
         # Held for the whole run, so that the check below cannot race another run starting
@@ -272,7 +272,7 @@ def prepare_fit(module, datamodule, trainer, ckpt_path: Any = None) -> None:
                 "--trainer.default_root_dir or --checkpoint.dirpath")
     if ckpt_path and str(ckpt_path) not in _LIGHTNING_PATHS:
         check_resume(module, datamodule, ckpt_path)
-    use_init_from_tokenizers(module, datamodule)
+    use_given_tokenizers(module, datamodule)
     if trainer.is_global_zero:
         for folder in folders:
             for stale in stale_temporaries(folder, "*.ckpt") if folder.is_dir() else []:
@@ -297,14 +297,32 @@ def release_run_folders() -> None:
         unlock(_RUN_LOCKS.pop())
 
 
-def use_init_from_tokenizers(module, datamodule) -> None:
-    """With ``--model.init_from``, the data is tokenized as that checkpoint's model expects."""
-    if getattr(module, "init_from", None):
-        where = f"--model.init_from {module.init_from}"
-        meta = load_checkpoint(module.init_from)["seq2seq"]
-        if (problem := different_directions(directions_of(meta, where), datamodule.config.model_directions)):
+def fingerprints(tokenizers) -> tuple[str, str]:
+    return tokenizers.src.fingerprint, tokenizers.tgt.fingerprint
+
+
+def use_given_tokenizers(module, datamodule) -> None:
+    """With ``--model.init_from`` (as that model expects) or ``--data.data.tokenizer_from``,
+    the data is tokenized with that checkpoint's tokenizers, not trained ones; given both,
+    they must hold the same tokenizers."""
+    cfg, given = datamodule.config, []
+    for option, path in (("--model.init_from", getattr(module, "init_from", None)),
+                         ("--data.data.tokenizer_from", cfg.tokenizer_from)):
+        if not path:
+            continue
+        where = f"{option} {path}"
+        meta = load_checkpoint(path)["seq2seq"]
+        if (problem := different_directions(directions_of(meta, where), cfg.model_directions)):
             raise ValueError(f"{where} {problem}")
-        datamodule.use_tokenizers(tokenizers_of(meta, config_of(meta, where), where))
+        pair = (meta.get("src_lang"), meta.get("tgt_lang"))
+        if cfg.model_directions is None and None not in pair and pair != (cfg.src_lang, cfg.tgt_lang):
+            raise ValueError(f"{where} translates {pair[0]}->{pair[1]}, but the data is "
+                             f"{cfg.src_lang}->{cfg.tgt_lang}")
+        given.append((where, tokenizers_of(meta, config_of(meta, where), where)))
+    if len(given) == 2 and fingerprints(given[0][1]) != fingerprints(given[1][1]):
+        raise ValueError(f"{given[0][0]} and {given[1][0]} hold other tokenizers: give one of them")
+    if given:
+        datamodule.use_tokenizers(given[0][1])
 
 
 # ModelConfig fields the data's tokenizers set when training starts (Seq2SeqModule.configure_model)

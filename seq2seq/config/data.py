@@ -74,6 +74,11 @@ class DataConfig:
     streaming: bool = False
     shuffle_buffer: int = 200_000  # streaming: pairs bucketed by length together
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    # a checkpoint (or a shipped model's name) whose tokenizers this run uses instead of
+    # training its own (``tokenizer`` is then unused): a student keeps its teacher's
+    # vocabulary, so the two can form an ensemble and the pieces do not depend on the
+    # SentencePiece version at hand
+    tokenizer_from: str | None = None
     max_tokens: int = 4096  # padded tokens of the larger side per batch (incl. bos/eos)
     max_len: int = 128  # drop pairs longer than this on either side (subwords incl. bos/eos)
     max_len_ratio: float = 3.0  # drop training pairs whose length ratio exceeds this
