@@ -113,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "native bf16)")
     ap.add_argument("--students", type=paths, default=(), metavar="CKPT[,CKPT...]",
                     help="students section: the distilled checkpoints to time against -m (the teacher)")
+    ap.add_argument("--student-beams", type=sizes, default=(), metavar="K[,K...]",
+                    help="students section: the students' beam sizes, 1 = greedy (default: 1 and --beam)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE")
     args = ap.parse_args(argv)
     if args.repeats < 1:

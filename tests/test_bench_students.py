@@ -74,6 +74,10 @@ def test_students_rows_ratios_and_scores_of_the_timed_outputs(models):
     printed = S.students_table(res, "students")
     line = next(ln for ln in printed.splitlines() if ln.startswith("student") and "greedy" in ln)
     assert f"{rows[2]['teacher_beam_over_this']:.2f}" in line and f"{rows[2]['BLEU']:.2f}" in line
+    res = S.bench_students(models["teacher"], [models["student"]], texts, refs, "de→en", repeats=1,
+                           max_tokens=(60,), beam_size=2, student_beams=(3,), log=lambda _: None)
+    assert [(r["role"], r["search"]) for r in res["rows"]] == [
+        ("teacher", "greedy"), ("teacher", "beam 2"), ("student", "beam 3")]
 
 
 def test_students_refuses_another_direction_and_no_students(models):

@@ -1,6 +1,6 @@
 """The models shipped under data/models/ are what the README says they are: small, fp16,
-one per direction, and each reproduces the BLEU of its committed evaluation JSON when
-decoded the same way, from the checkpoint file alone."""
+one teacher per direction and a distilled En→De student, and each reproduces the BLEU of
+its committed evaluation JSON when decoded the same way, from the checkpoint file alone."""
 
 from __future__ import annotations
 
@@ -18,22 +18,28 @@ from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import all_scores
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = {("de", "en"): ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt",
-          ("en", "de"): ROOT / "data" / "models" / "multi30k_en_de_tiny.ckpt"}
+MODELS = {"multi30k_de_en_tiny": ("de", "en"), "multi30k_en_de_tiny": ("en", "de"),
+          "multi30k_en_de_student": ("en", "de")}
+CASES = [pytest.param(pair, ROOT / "data" / "models" / f"{name}.ckpt", id=name) for name, pair in MODELS.items()]
+
+
+def test_every_shipped_model_is_checked_here():
+    assert sorted(p.stem for p in (ROOT / "data" / "models").glob("*.ckpt")) == sorted(MODELS)
 
 
 def _records() -> list:
     """One case per record of each model's JSON; a missing JSON is one failing case."""
     out = []
-    for model in MODELS.values():
+    for name in MODELS:
+        model = ROOT / "data" / "models" / f"{name}.ckpt"
         path = model.with_suffix(".json")
         records = json.loads(path.read_text()) if path.exists() else [None]
-        out += [pytest.param(model, r, id=f"{model.stem}-{(r or {}).get('decoding', {}).get('method', 'missing')}")
-                for r in records]
+        out += [pytest.param(model, r, id=f"{model.stem}-{(r or {}).get('decoding', {}).get('method', 'missing')}"
+                             f"{(r or {}).get('decoding', {}).get('beam_size', '')}") for r in records]
     return out
 
 
-@pytest.mark.parametrize(("pair", "model"), [pytest.param(p, m, id="-".join(p)) for p, m in MODELS.items()])
+@pytest.mark.parametrize(("pair", "model"), CASES)
 def test_shipped_model_is_small_half_precision(pair, model):
     assert model.stat().st_size <= 10 * 2**20
     ckpt = load_checkpoint(model)  # weights_only=True inside
@@ -58,7 +64,7 @@ def test_shipped_model_reproduces_its_evaluation(model, record):
         assert scores[name].signature == record[name]["signature"]
 
 
-@pytest.mark.parametrize(("pair", "model"), [pytest.param(p, m, id="-".join(p)) for p, m in MODELS.items()])
+@pytest.mark.parametrize(("pair", "model"), CASES)
 def test_shipped_model_is_calibrated_with_the_defaults(pair, model):
     """Its "unsure" threshold (seq2seq-calibrate, default settings) is the default quantile of
     the confidences of its greedy translations of Multi30k val, computed here again."""

@@ -81,6 +81,7 @@ class Options:
     checkpoint: str = ""  # the file the decode rows' processes load
     cache_dir: str | os.PathLike = ".cache/seq2seq"
     students: tuple[str, ...] = ()  # checkpoints the students section times against the teacher
+    student_beams: tuple[int, ...] = ()  # their beam sizes (1 = greedy); () = greedy and beam_size
 
 
 def pair(ckpt: dict) -> str:
@@ -193,7 +194,7 @@ def students_section(ckpt: dict, opts: Options, log: Log) -> dict:
     log(f"\n[students] {len(texts)} sentences of Multi30k {TEST_SPLIT}, teacher {opts.checkpoint}")
     res = bench_students(opts.checkpoint, opts.students, texts, refs, pair(ckpt), repeats=opts.repeats,
                          threads=opts.threads, max_tokens=opts.decode_max_tokens,
-                         beam_size=opts.beam_size, log=log)
+                         beam_size=opts.beam_size, student_beams=opts.student_beams, log=log)
     log("\n" + students_table(res, f"Students and teacher: Multi30k {TEST_SPLIT} {pair(ckpt)}, "
                               f"{len(texts)} sentences, {opts.threads} thread(s)"))
     return res

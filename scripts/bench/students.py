@@ -51,8 +51,9 @@ def model_rows(role: str, path: str, texts: Sequence[str], refs: Sequence[str], 
 def bench_students(teacher: str, students: Sequence[str], texts: Sequence[str],
                    refs: Sequence[str], pair: str, *, repeats: int = 3, threads: int = 1,
                    max_tokens: Sequence[int] = (2000,), beam_size: int = 5,
-                   log: Log = print) -> dict:
-    """Rows for the teacher and each student, greedy and beam ``beam_size``; each row's
+                   student_beams: Sequence[int] = (), log: Log = print) -> dict:
+    """Rows for the teacher (greedy and beam ``beam_size``) and each student (greedy and beam
+    ``beam_size``, or each of ``student_beams``: 1 is greedy); each row's
     ``teacher_beam_over_this`` is the teacher's beam seconds over its own."""
     if not students:
         raise ValueError("the students section needs --students CKPT[,CKPT...]")
@@ -63,7 +64,8 @@ def bench_students(teacher: str, students: Sequence[str], texts: Sequence[str],
     beams = (1, beam_size)
     rows = model_rows("teacher", teacher, texts, refs, beams, max_tokens, threads, repeats, log)
     for path in students:
-        rows += model_rows("student", path, texts, refs, beams, max_tokens, threads, repeats, log)
+        rows += model_rows("student", path, texts, refs, tuple(student_beams) or beams, max_tokens,
+                           threads, repeats, log)
     teacher_beam = rows[1]["seconds"]
     for row in rows:
         row["teacher_beam_over_this"] = teacher_beam / row["seconds"]
