@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from scripts.bench import engines as E
+from scripts.bench import report as R
 from scripts.bench import students as S
 from seq2seq.checkpoint import build_model, load_checkpoint, save_model
 from seq2seq.config import ModelConfig, TokenizerConfig
@@ -71,7 +72,7 @@ def test_students_rows_ratios_and_scores_of_the_timed_outputs(models):
         want = direct_scores(row["model"], texts, refs, beam)
         assert {k: row[k] for k in want} == pytest.approx(want)
     assert rows[1]["teacher_beam_over_this"] == 1.0
-    printed = S.students_table(res, "students")
+    printed = R.students_table(res, "students")
     line = next(ln for ln in printed.splitlines() if ln.startswith("student") and "greedy" in ln)
     assert f"{rows[2]['teacher_beam_over_this']:.2f}" in line and f"{rows[2]['BLEU']:.2f}" in line
     res = S.bench_students(models["teacher"], [models["student"]], texts, refs, "de→en", repeats=1,

@@ -157,3 +157,13 @@ def shared_table(result: dict, title: str) -> str:
              f"{r['threads_start']}/{r['threads_end']}", fmt(r["vs_alone"], ".2f"),
              fmt(r["fair_share"], ".2f")] for r in result["rows"]]
     return format_table(title, header, rows, result["notes"])
+
+
+def students_table(result: dict, title: str) -> str:
+    header = ["model", "search", "layers", "params", "N", "median s", "sent/s", "× teacher",
+              "BLEU", "lc-tok", "chrF"]
+    rows = [[f"{r['role']} {r['model']}", r["search"], r["layers"], f"{r['params'] / 1e6:.2f}M",
+             fmt(r["max_tokens"]), fmt(r["seconds"], ".3f"), fmt(r["sent_per_s"], ".1f"),
+             fmt(r["teacher_beam_over_this"], ".2f"), fmt(r["BLEU"], ".2f"),
+             fmt(r["BLEU-lc-tok"], ".2f"), fmt(r["chrF"], ".2f")] for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"])

@@ -29,6 +29,7 @@ from scripts.bench.report import (
     profile_report,
     shared_table,
     split_table,
+    students_table,
     targets_report,
     train_profile_report,
     train_table,
@@ -36,7 +37,7 @@ from scripts.bench.report import (
 )
 from scripts.bench.shared import bench_shared
 from scripts.bench.split import bench_split
-from scripts.bench.students import bench_students, students_table
+from scripts.bench.students import bench_students
 from scripts.bench.timing import (
     QUIET_LOAD,
     RSS_RESETTABLE,

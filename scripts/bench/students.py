@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 from scripts.bench.decode import Row, timed_row
 from scripts.bench.engines import make_batches, source_ids
-from scripts.bench.report import fmt, format_table
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.metrics import all_scores
@@ -76,13 +75,3 @@ def bench_students(teacher: str, students: Sequence[str], texts: Sequence[str],
              f"× teacher: the teacher's beam-{beam_size} seconds over the row's"]
     return {"rows": rows, "notes": notes, "skipped": [], "beam_size": beam_size,
             "sentences": len(texts)}
-
-
-def students_table(result: dict, title: str) -> str:
-    header = ["model", "search", "layers", "params", "N", "median s", "sent/s", "× teacher",
-              "BLEU", "lc-tok", "chrF"]
-    rows = [[f"{r['role']} {r['model']}", r["search"], r["layers"], f"{r['params'] / 1e6:.2f}M",
-             fmt(r["max_tokens"]), fmt(r["seconds"], ".3f"), fmt(r["sent_per_s"], ".1f"),
-             fmt(r["teacher_beam_over_this"], ".2f"), fmt(r["BLEU"], ".2f"),
-             fmt(r["BLEU-lc-tok"], ".2f"), fmt(r["chrF"], ".2f")] for r in result["rows"]]
-    return format_table(title, header, rows, result["notes"])
