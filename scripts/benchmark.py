@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from scripts.bench.run import EXTRA_SECTIONS, SECTIONS, Options, run  # noqa: E402
 from seq2seq.cli.common import add_model_argument  # noqa: E402
+from seq2seq.shipped import find_model  # noqa: E402
 
 DEFAULTS = Options()
 
@@ -54,13 +55,15 @@ def peers(text: str) -> tuple[str, ...]:
     return values
 
 
-def paths(text: str) -> tuple[str, ...]:
+def checkpoints(text: str) -> tuple[str, ...]:
+    """Checkpoint files or shipped models' names, as ``-m`` takes them (``find_model``)."""
     values = tuple(v.strip() for v in text.split(",") if v.strip())
-    missing = [v for v in values if not Path(v).is_file()]
-    if not values or missing:
-        raise argparse.ArgumentTypeError(f"expected checkpoint files separated by commas; not a file: "
-                                         f"{', '.join(missing) or repr(text)}")
-    return values
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected checkpoints separated by commas, got {text!r}")
+    try:
+        return tuple(str(find_model(v)) for v in values)
+    except FileNotFoundError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -111,7 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-bf16", dest="bf16", action="store_false",
                     help="train and gemm sections: time fp32 only (bf16 autocast is slow on CPUs without "
                          "native bf16)")
-    ap.add_argument("--students", type=paths, default=(), metavar="CKPT[,CKPT...]",
+    ap.add_argument("--students", type=checkpoints, default=(), metavar="CKPT[,CKPT...]",
                     help="students section: the distilled checkpoints to time against -m (the teacher)")
     ap.add_argument("--student-beams", type=sizes, default=(), metavar="K[,K...]",
                     help="students section: the students' beam sizes, 1 = greedy (default: 1 and --beam)")

@@ -24,13 +24,13 @@ from seq2seq.metrics import all_scores
 Log = Callable[[str], None]
 
 
-def model_rows(role: str, path: str, texts: Sequence[str], refs: Sequence[str], beams: Sequence[int],
-               max_tokens: Sequence[int], threads: int, repeats: int, log: Log) -> list[dict]:
-    """The timed rows of one checkpoint, one per beam size (1 = greedy), scored against ``refs``."""
-    ckpt = load_checkpoint(path)
-    meta = ckpt["seq2seq"]
+def model_rows(role: str, path: str, ckpt: dict, texts: Sequence[str], refs: Sequence[str],
+               beams: Sequence[int], max_tokens: Sequence[int], threads: int, repeats: int,
+               log: Log) -> list[dict]:
+    """The timed rows of checkpoint ``ckpt`` (loaded from ``path``), one per beam size (1 =
+    greedy), scored against ``refs``."""
     model = build_model(ckpt)
-    arch, tokenizers = model.arch, TokenizerPair.from_state(meta["tokenizers"])
+    arch, tokenizers = model.arch, TokenizerPair.from_state(ckpt["seq2seq"]["tokenizers"])
     ids = source_ids(texts, tokenizers, arch)
     sweep = {n: make_batches(ids, n, arch) for n in max_tokens}
     params = sum(p.numel() for p in model.parameters())
@@ -56,15 +56,17 @@ def bench_students(teacher: str, students: Sequence[str], texts: Sequence[str],
     ``teacher_beam_over_this`` is the teacher's beam seconds over its own."""
     if not students:
         raise ValueError("the students section needs --students CKPT[,CKPT...]")
+    loaded = {path: load_checkpoint(path) for path in (teacher, *students)}
     for path in students:  # before any timing
-        meta = load_checkpoint(path)["seq2seq"]
+        meta = loaded[path]["seq2seq"]
         if f"{meta['src_lang']}→{meta['tgt_lang']}" != pair:
             raise ValueError(f"{path} translates {meta['src_lang']}→{meta['tgt_lang']}, the teacher {pair}")
     beams = (1, beam_size)
-    rows = model_rows("teacher", teacher, texts, refs, beams, max_tokens, threads, repeats, log)
+    rows = model_rows("teacher", teacher, loaded[teacher], texts, refs, beams, max_tokens, threads,
+                      repeats, log)
     for path in students:
-        rows += model_rows("student", path, texts, refs, tuple(student_beams) or beams, max_tokens,
-                           threads, repeats, log)
+        rows += model_rows("student", path, loaded[path], texts, refs, tuple(student_beams) or beams,
+                           max_tokens, threads, repeats, log)
     teacher_beam = rows[1]["seconds"]
     for row in rows:
         row["teacher_beam_over_this"] = teacher_beam / row["seconds"]
