@@ -23,6 +23,12 @@ MODELS = {"multi30k_de_en_tiny": ("de", "en"), "multi30k_en_de_tiny": ("en", "de
 CASES = [pytest.param(pair, ROOT / "data" / "models" / f"{name}.ckpt", id=name) for name, pair in MODELS.items()]
 
 
+def _search(record: dict | None) -> str:
+    """A record's test id: greedy, beamK, or missing (no evaluation JSON)."""
+    decoding = (record or {}).get("decoding", {})
+    return "beam{}".format(decoding["beam_size"]) if decoding.get("method") == "beam" else decoding.get("method", "missing")
+
+
 def test_every_shipped_model_is_checked_here():
     assert sorted(p.stem for p in (ROOT / "data" / "models").glob("*.ckpt")) == sorted(MODELS)
 
@@ -30,12 +36,11 @@ def test_every_shipped_model_is_checked_here():
 def _records() -> list:
     """One case per record of each model's JSON; a missing JSON is one failing case."""
     out = []
-    for name in MODELS:
-        model = ROOT / "data" / "models" / f"{name}.ckpt"
+    for case in CASES:
+        model = case.values[1]
         path = model.with_suffix(".json")
         records = json.loads(path.read_text()) if path.exists() else [None]
-        out += [pytest.param(model, r, id=f"{model.stem}-{(r or {}).get('decoding', {}).get('method', 'missing')}"
-                             f"{(r or {}).get('decoding', {}).get('beam_size', '')}") for r in records]
+        out += [pytest.param(model, r, id=f"{model.stem}-{_search(r)}") for r in records]
     return out
 
 
