@@ -6,7 +6,8 @@ A directory, a FIFO or a device given where a file is read must be named as what
 where the whole file is read at once: ``open`` blocks until a writer comes, forever. An
 output is written atomically (a temporary file renamed over the name), and a rename replaces
 whatever the name is: a device node, a pipe, or one of the command's own inputs, so
-:func:`check_output` says which names an output may take; :func:`save_atomic` is that write.
+:func:`check_output` says which names an output may take; :func:`write_atomic` is that write
+(:func:`save_atomic` for ``torch.save``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -175,23 +176,22 @@ def stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
     return sorted(stale)
 
 
-def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``:
-    a crash leaves either the old file or the new one, never half of one. Temporary files
-    of an earlier write of ``path`` that was killed (kill -9 skips cleanup) are removed.
-    ``mode``: the file's permission bits (default: what ``open()`` gives, by the umask)."""
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], Any],
+                 mode: int | None = None) -> None:
+    """``write(f)`` into a temporary file in the same folder, fsync, then rename over
+    ``path``: a crash leaves either the old file or the new one, never half of one.
+    Temporary files of an earlier write of ``path`` that was killed (kill -9 skips cleanup)
+    are removed. ``mode``: the file's permission bits (default: what ``open()`` gives)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise IsADirectoryError(f"cannot write {path}: it is a directory")
     for stale in stale_temporaries(path.parent, path.name):
         stale.unlink(missing_ok=True)
-    import torch  # here: the path checks above serve commands before torch is imported
-
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes it owner-only; give it open()'s mode (or the file's it replaces)
@@ -200,3 +200,13 @@ def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_atomic(obj: Any, path: str | os.PathLike, mode: int | None = None) -> None:
+    """``torch.save(obj)`` to ``path`` through :func:`write_atomic`."""
+    def write(f: BinaryIO) -> None:
+        import torch  # after the path checks: they serve commands before torch is imported
+
+        torch.save(obj, f)
+
+    write_atomic(path, write, mode)

@@ -41,6 +41,15 @@ def test_a_changed_weight_is_packed_again():
         assert not packed(linear, x).any()
 
 
+def test_a_layer_made_under_inference_mode_is_packed():
+    """A model loaded inside ``torch.inference_mode`` has inference-tensor weights, which
+    carry no version counter."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        linear, x = torch.nn.Linear(16, 40), torch.randn(3, 16)
+        torch.testing.assert_close(PackedProjection()(linear, x), linear(x), rtol=1e-5, atol=1e-5)
+
+
 def test_autograd_and_other_dtypes_take_the_plain_linear():
     linear, x = torch.nn.Linear(8, 20), torch.randn(3, 8)
     out = PackedProjection()(linear, x)  # grad enabled: training must see F.linear

@@ -108,7 +108,9 @@ class DecoderCache:
         """Per layer, the memory side laid out for one-token steps (``model.step``): K^T
         ``(M*H, d_k, S)``, V ``(M*H, S, d_v)`` and the additive padding mask ``(M*H, 1, S)``
         (0 or -inf), made once per memory and kept until the memory rows change. None when a
-        memory row has no key to attend to (the general path handles that case)."""
+        memory row has no key to attend to (the general path handles that case). Contiguous
+        for every M: with one memory row the reshapes would be views (the bias with stride 0
+        over heads), and a compiled step reads its inputs with the strides it was built for."""
         if self._layout is None:
             K0 = self.cross_kv[0][0]
             M, H, S, _ = K0.shape
@@ -118,9 +120,10 @@ class DecoderCache:
             bias = K0.new_zeros(M, 1, 1, S)
             if mask is not None:
                 bias = bias.masked_fill(~mask.view(M, 1, 1, S), float("-inf"))
-            bias = bias.expand(M, H, 1, S).reshape(M * H, 1, S)
-            self._layout = [(k.transpose(2, 3).reshape(M * H, k.shape[3], S),
-                             v.reshape(M * H, S, v.shape[3]), bias) for k, v in self.cross_kv]
+            bias = bias.expand(M, H, 1, S).reshape(M * H, 1, S).contiguous()
+            self._layout = [(k.transpose(2, 3).reshape(M * H, k.shape[3], S).contiguous(),
+                             v.reshape(M * H, S, v.shape[3]).contiguous(), bias)
+                            for k, v in self.cross_kv]
         return self._layout
 
     def reorder(self, indices: Tensor, cross: bool = True) -> DecoderCache:

@@ -8,19 +8,24 @@ weights and compiled by ``torch._inductor.aoti_compile_and_package`` into a pack
 (weights, torch version, CPU instruction sets, group size), cached on disk
 (:func:`cache_dir`), and run through the C++ loader (``AOTIModelPackageLoader.boxed_run``:
 ``aoti_load_package`` probes the CPU with compilers, seconds). Greedy decoding has group 1,
-beam search group ``k``: each gets its package on first use. Float32 on CPU only. Anything
-that fails (no C++ compiler, export, compiling, loading) leaves eager decoding and one note
-on stderr. docs/speed.md "A compiled decoder step" has figures.
+beam search group ``k``: each gets its package on first use. Float32 on CPU only. A cached
+package runs only if its manifest (model digest, torch, CPU, group, the file's sha256)
+matches what is asked, else it is compiled again; a loaded package is checked against the
+eager step on one and on three sentences before it decodes. Anything that fails (no C++
+compiler, export, compiling, loading, the check) leaves eager decoding and one note on
+stderr. docs/speed.md "A compiled decoder step" has figures.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -28,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.files import new_file_mode
+from seq2seq.files import new_file_mode, write_atomic
 from seq2seq.model.cache import DecoderCache
 from seq2seq.model.step import decoder_step, layer_step
 
@@ -36,6 +41,9 @@ COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests a
 ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
        "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon",
        "asimd", "sve")
+# A package's step against the eager one at load (states after the final norm, ~1): the
+# compiled kernels sum in another order (~3e-6 apart); a wrong graph or input is off by ~1.
+CHECK_TOLERANCE = 1e-4
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -119,11 +127,12 @@ def note(msg: str) -> None:
     print(f"{prog}: {msg}", file=sys.stderr, flush=True)
 
 
-def _example(model, group: int):
-    """``BufferStep``'s inputs after 5 steps of 3 random sources of 11 tokens: sizes other
-    than 0 and 1 (specialized) and apart from each other (equal sizes may be unified)."""
+def _example(model, group: int, sentences: int = 3):
+    """``BufferStep``'s inputs after 5 steps of random sources of 11 tokens, laid out by a
+    real cache. For export, 3 sentences: sizes other than 0 and 1 (specialized) and apart
+    from each other (equal sizes may be unified); :func:`self_check` also takes 1."""
     gen = torch.Generator().manual_seed(0)
-    src = torch.randint(4, model.arch.src_vocab_size, (3, 11), generator=gen)
+    src = torch.randint(4, model.arch.src_vocab_size, (sentences, 11), generator=gen)
     mask = model.source_mask(src)
     cache = model.init_cache(model.encode(src, mask), mask, capacity=64, group=group)
     R = cache.batch_size
@@ -135,8 +144,29 @@ def _example(model, group: int):
     return (torch.zeros(R, dtype=torch.long), cache.buffers, layouts, torch.empty(cache.length))
 
 
-def package(model, group: int, path: Path) -> None:
-    """Export :class:`BufferStep` and compile it into ``path``, written atomically."""
+def flat_inputs(tokens: Tensor, bufs, layouts, pos: Tensor) -> list[Tensor]:
+    """``BufferStep``'s inputs in the export's order, flattened (the loader's call)."""
+    return [tokens.contiguous(), *(t for kv in bufs for t in kv),
+            *(t for layout in layouts for t in layout), pos]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def manifest_path(path: Path) -> Path:
+    """What a package was made for, beside it: key, group and the package's sha256."""
+    return path.with_suffix(".json")
+
+
+def package(model, group: int, path: Path, made_for: dict) -> None:
+    """Export :class:`BufferStep` and compile it into ``path``, written atomically, then its
+    manifest (``made_for`` and the file's sha256): a crash between the two leaves a package
+    whose manifest does not match it, which is made again."""
     import torch._inductor
     from torch.export import Dim
 
@@ -156,10 +186,41 @@ def package(model, group: int, path: Path) -> None:
             ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
             torch._inductor.aoti_compile_and_package(ep, package_path=tmp)
         os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
+        made_for = {**made_for, "sha256": file_sha256(Path(tmp))}
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+    write_atomic(manifest_path(path), lambda f: f.write(json.dumps(made_for).encode()))
     COUNTS["compiled"] += 1
+
+
+def stale(path: Path, made_for: dict) -> str | None:
+    """Why the package at ``path`` may not run for ``made_for`` (None: it may): its
+    manifest names another model, torch, CPU or beam width, or its bytes are not those
+    compiled (truncated, changed, copied over). Loading such a file can crash natively."""
+    try:
+        manifest = json.loads(manifest_path(path).read_text())
+    except (OSError, ValueError):
+        return "has no readable manifest"
+    if not isinstance(manifest, dict) or {k: manifest.get(k) for k in made_for} != made_for:
+        return "was made for another model, torch version, CPU or beam width"
+    if manifest.get("sha256") != file_sha256(path):
+        return "is not the file that was compiled (truncated or changed)"
+    return None
+
+
+def self_check(model, loader, group: int) -> float:
+    """The largest difference between the package's step and the eager one on one and on
+    three sentences (a real cache's inputs, so strides as decoding gives them)."""
+    worst = 0.0
+    for sentences in (1, 3):
+        tokens, bufs, layouts, pos = _example(model, group, sentences)
+        want = BufferStep(model)(tokens, bufs, layouts, pos)
+        got = loader.boxed_run(flat_inputs(tokens, bufs, layouts, pos))[0]
+        if got.shape != want.shape:
+            return float("inf")
+        worst = max(worst, (got - want).abs().max().item())
+    return worst
 
 
 class CompiledStep:
@@ -176,15 +237,21 @@ class CompiledStep:
         digest = hashlib.sha256(f"{self.key} group {group}".encode()).hexdigest()[:32]
         return cache_dir() / f"step-{digest}.pt2"
 
+    def made_for(self, group: int) -> dict:
+        return {"key": self.key, "group": group}
+
     def _load(self, model, group: int):
         path = self.path(group)
         try:
-            if not path.exists():
-                note(f"compiling the decoder step for this model once (~30 s), cached in "
-                     f"{path.parent}")
-                with torch.no_grad():
-                    package(model, group, path)
+            why = stale(path, self.made_for(group)) if path.exists() else None
+            if why or not path.exists():
+                self._compile(model, group, path, why)
             loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+            with torch.no_grad():
+                worst = self_check(model, loader, group)
+            if not worst <= CHECK_TOLERANCE:
+                raise RuntimeError(f"it differs from the eager step by {worst:.2g} "
+                                   f"(more than {CHECK_TOLERANCE:g})")
         except Exception as e:  # noqa: BLE001 - any failure: eager decoding, one note
             self.failed = True
             why = " ".join(str(e).split())[:200]
@@ -193,6 +260,17 @@ class CompiledStep:
             return None
         COUNTS["loaded"] += 1
         return loader
+
+    def _compile(self, model, group: int, path: Path, why: str | None) -> None:
+        what = "greedy search" if group == 1 else f"beam width {group}"
+        if why:
+            note(f"--compile: the cached package {path} {why}; compiling it again")
+        note(f"compiling the decoder step for this model and {what} once (a C++ build: "
+             f"~30 s on 2 idle cores, minutes on a busy machine), cached in {path.parent}")
+        start = time.perf_counter()
+        with torch.no_grad():
+            package(model, group, path, self.made_for(group))
+        note(f"compiled in {time.perf_counter() - start:.0f} s")
 
     def __call__(self, model, tokens: Tensor, cache: DecoderCache) -> Tensor | None:
         """``tokens (R,)`` -> ``(R, 1, d_model)`` as ``step.decoder_step``, or None."""
@@ -206,10 +284,9 @@ class CompiledStep:
         attn = model.decoder.layers[0].self_attn
         layouts = cache.cross_layout()
         cache.extend(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
-        flat = [tokens.contiguous(), *(t for kv in cache.buffers for t in kv),
-                *(t for layout in layouts for t in layout), self.pos[: cache.length]]
         COUNTS["steps"] += 1
-        return loader.boxed_run(flat)[0]  # the export's input order, flattened
+        return loader.boxed_run(flat_inputs(tokens, cache.buffers, layouts,
+                                            self.pos[: cache.length]))[0]
 
 
 def attach(model) -> bool:

@@ -37,7 +37,9 @@ class PackedProjection:
         if not (self.enabled and x.dim() == 2 and x.device.type == "cpu"
                 and x.dtype == w.dtype == torch.float32 and not torch.is_grad_enabled()):
             return linear(x)
-        key = (w.data_ptr(), w._version, tuple(w.shape))  # _version: in-place updates
+        # _version: in-place updates; an inference tensor (a model loaded under
+        # torch.inference_mode) has no version counter, and is not trained in place
+        key = (w.data_ptr(), 0 if w.is_inference() else w._version, tuple(w.shape))
         if key != self.key:
             try:
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), ROWS_HINT)
