@@ -210,3 +210,26 @@ def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, cap
     differential.check_same("--compile refused", TEXTS[:5], translator.translate(TEXTS[:5]), "greedy")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "differs from the eager step" in err and "decoding eagerly" in err
+
+
+def test_the_server_compiles_at_start_and_answers_as_eager(cache):
+    """``seq2seq-serve --compile``: greedy's and the default beam's packages are made when
+    the model loads (not inside a request); a one-sentence request is the reference's."""
+    pytest.importorskip("fastapi", reason="needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving import create_app, load_models
+
+    models = load_models([str(SHIPPED)], compile=True)
+    step = next(iter(models.values())).translator.model.compiled_step
+    assert sorted(step.loaders) == [1, 5] and all(step.loaders.values())
+    steps = compiled.COUNTS["steps"]
+    with TestClient(create_app(models)) as client:
+        for texts, beam, search in (([TEXTS[5]], 1, "greedy"), (TEXTS[:7], 5, "beam5")):
+            answer = client.post("/translate", json={"texts": texts, "beam": beam}).json()
+            differential.check_same("served --compile", texts,
+                                    [r["hyp"] for r in answer["results"]], search)
+        libre = client.post("/libretranslate/translate",
+                            json={"q": TEXTS[9], "source": "de", "target": "en"}).json()
+    assert libre["translatedText"] == differential.reference(TEXTS[9:10], "greedy")[0]
+    assert compiled.COUNTS["steps"] > steps

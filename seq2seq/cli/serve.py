@@ -24,6 +24,7 @@ import typing
 
 from seq2seq.cli.common import (
     Parser,
+    add_compile_argument,
     add_compute_type_argument,
     add_model_argument,
     add_shortlist_argument,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_compute_type_argument(ap)  # a load-time option: requests cannot change it
     add_shortlist_argument(ap)  # so is this one
+    add_compile_argument(ap)  # and this
     ap.add_argument("--log-level", default="info",
                     choices=["critical", "error", "warning", "info", "debug"])
     return ap
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> None:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     models = load_models(args.checkpoint, device=args.device, compute_type=args.compute_type,
-                         shortlist=bool(args.shortlist))
+                         shortlist=bool(args.shortlist), compile=args.compile)
     for served in models.values():
         note_compute_type(PROG, args.compute_type, served.translator.compute_type)
     app = create_app(models, cfg)

@@ -237,6 +237,13 @@ class CompiledStep:
         digest = hashlib.sha256(f"{self.key} group {group}".encode()).hexdigest()[:32]
         return cache_dir() / f"step-{digest}.pt2"
 
+    def prepare(self, model, group: int):
+        """The loader of ``group``'s package, made or loaded now if not yet (a server does
+        it at start, not inside a request); None: decode eagerly."""
+        if group not in self.loaders and not self.failed:
+            self.loaders[group] = self._load(model, group)
+        return self.loaders.get(group)
+
     def made_for(self, group: int) -> dict:
         return {"key": self.key, "group": group}
 
@@ -276,9 +283,7 @@ class CompiledStep:
         """``tokens (R,)`` -> ``(R, 1, d_model)`` as ``step.decoder_step``, or None."""
         if self.failed or tokens.device.type != "cpu":
             return None
-        if cache.group not in self.loaders:
-            self.loaders[cache.group] = self._load(model, cache.group)
-        loader = self.loaders[cache.group]
+        loader = self.prepare(model, cache.group)
         if loader is None:
             return None
         attn = model.decoder.layers[0].self_attn

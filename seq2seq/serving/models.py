@@ -64,10 +64,12 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 
 def load_models(specs: list[str], device: str | torch.device = "cpu",
-                compute_type: str | None = None, shortlist: bool = False) -> dict[str, ServedModel]:
+                compute_type: str | None = None, shortlist: bool = False,
+                compile: bool | None = None) -> dict[str, ServedModel]:
     """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each with
-    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default), and its
-    checkpoint's vocabulary shortlist with ``shortlist``."""
+    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default), its
+    checkpoint's vocabulary shortlist with ``shortlist``, and its decoder step compiled
+    with ``compile`` (None: ``DecodingConfig``'s default; ``model/compiled.py``)."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
@@ -75,7 +77,10 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
             raise ValueError(f"-m {spec}: a model named {name!r} was given twice; name them "
                              "with -m NAME=PATH")
         translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type,
-                                                shortlist=shortlist)
+                                                shortlist=shortlist, compile=compile)
+        if compile and getattr(translator.model, "compiled_step", None):
+            for group in (1, translator.decoding.beam_size):  # greedy, and the default beam
+                translator.model.compiled_step.prepare(translator.model, group)
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"
