@@ -130,6 +130,12 @@ def test_runnable_blocks_are_marked_where_promised():
             assert MAIN_JOB not in b.body, f"{b.where}: the main job does not run in CI"
 
 
+def shim(path: Path, args: str = "") -> None:
+    """An executable ``path`` that runs this interpreter with ``args`` and its own arguments."""
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" {args} "$@"\n')
+    path.chmod(0o755)
+
+
 def scratch_folder(tmp_path: Path) -> tuple[Path, dict]:
     """A working folder that sees the repository's data/, configs/ and scripts/, and a PATH
     on which every console script runs this checkout's code (installed or not yet)."""
@@ -140,14 +146,24 @@ def scratch_folder(tmp_path: Path) -> tuple[Path, dict]:
         (work / name).symlink_to(ROOT / name)
     for name, target in console_scripts().items():
         module, func = target.split(":")
-        shim = bin_dir / name
-        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "import sys; sys.argv[0] = '
-                        f"'{name}'; from {module} import {func}; {func}()\" \"$@\"\n")
-        shim.chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+        shim(bin_dir / name, f'-c "import sys; sys.argv[0] = \'{name}\'; from {module} import '
+                             f'{func}; {func}()"')
+    # a script, not a symlink: a virtual environment's interpreter linked from another folder
+    # finds no pyvenv.cfg beside it and runs the base Python, without the environment's packages
+    shim(bin_dir / "python")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1", "COLUMNS": "120"}
     return work, env
+
+
+def test_python_in_the_scratch_folder_is_this_environment(tmp_path):
+    """``python`` in a runnable block is the interpreter running the tests, with its packages:
+    a symlink to a virtual environment's interpreter, in another folder, finds no
+    ``pyvenv.cfg`` and runs the base Python instead."""
+    work, env = scratch_folder(tmp_path)
+    got = subprocess.run(["python", "-c", "import sys; print(sys.prefix)"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert got.stdout.strip() == sys.prefix
 
 
 @pytest.mark.slow
