@@ -17,6 +17,7 @@ from seq2seq.config import DataConfig, DecodingConfig
 from seq2seq.data.sources import pair_batches
 from seq2seq.decoding.translator import Translator
 from seq2seq.distill import DistillPlan, corpus_files, distill, sha256
+from seq2seq.text.segment import split_text
 
 LINES = 23  # three shards of 10, the last one short
 
@@ -108,6 +109,25 @@ def test_nbest_gives_each_source_once_per_hypothesis(teacher, source, tmp_path):
     assert src == [r.src for r in results for _ in r.nbest]
     assert tgt == [h for r in results for h, _ in r.nbest]
     assert summary["corpus"]["pairs"] == sum(len(r.nbest) for r in results) > LINES
+
+
+def test_nbest_gives_a_line_of_two_sentences_n_pairs_too(teacher, tmp_path):
+    """``--nbest 2``: two pairs a source line, however many sentences the line holds (it is
+    translated a sentence at a time)."""
+    one = multi30k_lines("de", 10)
+    lines = [f"{a} {b}" for a, b in zip(one[::2], one[1::2])]
+    assert all(len(split_text(line, "de").sentences) == 2 for line in lines)
+    source = tmp_path / "two.de"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, stdout, err = run_main(distill_main, ["-m", str(teacher), "--source", str(source), "-o",
+                                                str(tmp_path / "d"), "--beam", "3", "--nbest", "2",
+                                                "--max-len-b", "8", "--no-progress"])
+    assert code in (0, None) and json.loads(stdout)["pairs"] == 2 * len(lines), err
+    src, tgt = (_read(p) for p in corpus_files(tmp_path / "d", "de", "en"))
+    assert src == [line for line in lines for _ in range(2)]
+    best = Translator.from_checkpoint(teacher, DecodingConfig(
+        max_len_b=8, method="beam", beam_size=3, nbest=2)).translate(lines)
+    assert tgt[::2] == best
 
 
 def test_the_corpus_is_a_data_source_mixed_with_the_original(teacher, source, tmp_path):

@@ -178,6 +178,18 @@ def test_fifo_refused_at_once_and_kept(tmp_path):
     assert fifo.is_fifo()
 
 
+@pytest.mark.parametrize("name", ["...argosmodel", "..argosmodel", "de\nen.argosmodel",
+                                  "de\ten.argosmodel", "de\\en.argosmodel"],
+                         ids=["dot-dot", "dot", "newline", "tab", "backslash"])
+def test_a_name_that_is_no_plain_folder_name_is_refused(name, tmp_path):
+    """The package's one folder is named after the file (its name without .argosmodel):
+    ``..`` would unpack outside the folder Argos installs into, a newline would be in a
+    folder's name."""
+    out = tmp_path / name
+    one_line_refusal(*export_argos("-m", str(CKPT), "-o", str(out)), "--output", "folder")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_existing_files_replaced_only_when_argos_packages(exported, tmp_path):
     other = tmp_path / "notes.argosmodel"
     other.write_text("my notes\n")

@@ -157,6 +157,23 @@ def test_cors_preflight_and_answers_allow_any_origin(root):
         assert got.headers.get("access-control-allow-origin") == "*", (path, got.status_code)
 
 
+@pytest.mark.parametrize("api", ["seq2seq", "libretranslate"])
+def test_a_refused_preflight_answers_in_its_apis_error_shape(models, api):
+    """A preflight asking for a method or header the server does not allow: still 400, in
+    the JSON error shape of the API it asked (LibreTranslate's ``error``, our ``detail``)."""
+    paths = {"seq2seq": ("/translate", "/libretranslate/translate"),
+             "libretranslate": ("/seq2seq/translate", "/translate")}[api]
+    asked = ({"access-control-request-method": "PUT"},
+             {"access-control-request-method": "POST", "access-control-request-headers": "x-mine"})
+    with TestClient(create_app(models, ServeConfig(api=api))) as c:
+        for path, field in zip(paths, ("detail", "error")):
+            for headers in asked:
+                got = c.options(path, headers={"origin": ORIGIN, **headers})
+                assert got.status_code == 400 and got.headers["content-type"] == "application/json"
+                assert list(got.json()) == [field] and "CORS" in got.json()[field], got.text
+                assert got.headers["access-control-allow-origin"] == "*"
+
+
 # ---------------------------------------------------------------- what comes back
 def test_entities_are_escaped_once_in_html_and_not_at_all_in_text(root):
     model = seq2seq_translate(DE_EN, ["Hund & Katze"])[0]

@@ -60,6 +60,22 @@ def test_split_equals_each_sentence_alone_in_the_text_gaps(shipped):
     assert results[2].log_prob == pytest.approx(alone.log_prob, abs=1e-4)
 
 
+def test_a_text_of_several_sentences_has_the_n_best_combinations(shipped):
+    """The n-best of a text: the n best choices of one hypothesis per sentence by their mean
+    score (the text's score), each in the text's gaps; the first is its 1-best."""
+    beam = Translator(shipped.model, shipped.tokenizers, dataclasses.replace(
+        shipped.decoding, method="beam", beam_size=4, nbest=3), None, None, shipped.pair)
+    segments = split_text(TEXTS[1], "de")
+    alone = _no_split(beam).translate_full(segments.sentences)
+    choices = sorted(itertools.product(*[r.nbest for r in alone]),  # stable: ties by rank
+                     key=lambda c: -sum(s for _, s in c) / len(c))[:3]
+    want = [(segments.join([h for h, _ in c]), sum(s for _, s in c) / len(c)) for c in choices]
+    got = beam.translate_full([TEXTS[1]])[0]
+    assert [h for h, _ in got.nbest] == [h for h, _ in want] and got.nbest[0][0] == got.hyp
+    assert [s for _, s in got.nbest] == pytest.approx([s for _, s in want], abs=1e-4)
+    assert got.nbest[0][1] == pytest.approx(got.score)
+
+
 def test_all_sentences_of_a_call_share_the_batches(shipped, monkeypatch):
     calls = []
 

@@ -294,3 +294,24 @@ def test_server_models_load_with_the_shortlist(ckpt, corpus, tmp_path, one_threa
     assert load_models([f"a={out}"])["a"].describe()["shortlist"] is False
     with pytest.raises(ValueError, match="no shortlist table"):
         load_models([f"raw={ckpt}"], shortlist=True)
+
+
+@pytest.mark.parametrize("k", [1, 10**9], ids=["vocab+1", "1e9"])
+def test_per_source_over_the_target_vocabulary_is_capped_with_one_warning(k, ckpt, corpus,
+                                                                          tmp_path, one_thread):
+    """A row holds at most every target piece, so more columns would hold only filler (10**9
+    of them: terabytes): capped at the target vocabulary, which one line on stderr says."""
+    raw = load_checkpoint(ckpt)
+    vocab = raw["seq2seq"]["model_config"]["tgt_vocab_size"]
+    k = vocab + k if k == 1 else k
+    out = tmp_path / "sl.ckpt"
+    code, _, err = run_main(shortlist_main, ["-m", str(ckpt), "-o", str(out), "--source",
+                                             str(corpus[0]), "--target", str(corpus[1]),
+                                             "--per-source", str(k)])
+    assert code in (0, None), err
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert warned == [f"seq2seq-shortlist: warning: --per-source {k} is more than the model's "
+                      f"{vocab} target pieces: capped at {vocab}"]
+    entry = load_checkpoint(out)["seq2seq"]["shortlist"]
+    want = shortlist_entry(raw, ShortlistConfig(per_source=vocab), corpus)
+    assert entry["per_source"] == vocab and torch.equal(entry["table"], want["table"])

@@ -7,13 +7,15 @@ and its own gaps (spaces, line breaks, blank lines). Pieces without a letter or 
 (emoji, punctuation) are kept as they are; a blank text gives ``""``.
 
 A text of one piece keeps everything its piece's result has (score, n-best, flags); a text
-of several gets the 1-best only (n-best lists of pieces do not combine into texts), the
-total log-prob of its pieces, their mean normalized score, the geometric-mean token
-probability over all their tokens, and every piece's flags.
+of several gets the total log-prob of its pieces, their mean normalized score, the
+geometric-mean token probability over all their tokens, every piece's flags, and as its
+n-best the best choices of one hypothesis per piece by their mean score
+(:func:`best_choices`): as many as the longest n-best list of its pieces.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -76,20 +78,45 @@ def _assemble(text: str, segments: Segments,
     hyps = [s if r is None else r.hyp for s, r in zip(segments.sentences, results)]
     done = [r for r in results if r is not None]
     hyp = segments.join(hyps)
-    if len(done) == 1:  # one sentence: its own result, in the text's gaps
-        (r,) = done
-        i = results.index(r)
-        nbest = [(segments.join([*hyps[:i], h, *hyps[i + 1:]]), s) for h, s in r.nbest]
-        return replace(r, src=text, hyp=hyp, nbest=nbest)
     if not done:  # blank, or nothing to translate (emoji, punctuation): as it came
         return TranslationResult(text, hyp, 0.0, 0.0, [(hyp, 0.0)])
+    at = [i for i, r in enumerate(results) if r is not None]
+    nbest = []
+    for choice, score in best_choices([r.nbest for r in done], max(len(r.nbest) for r in done)):
+        pieces = list(hyps)
+        for i, h in zip(at, choice):
+            pieces[i] = h
+        nbest.append((segments.join(pieces), score))
+    if len(done) == 1:  # one sentence: its own result, in the text's gaps
+        return replace(done[0], src=text, hyp=hyp, nbest=nbest)
     log_prob = sum(r.log_prob for r in done)
     tokens = sum(r.tokens for r in done)
     score = sum(r.score for r in done) / len(done)
     flags = sorted({f for r in done for f in r.flags})
-    return TranslationResult(text, hyp, score, log_prob, [(hyp, score)],
+    return TranslationResult(text, hyp, score, log_prob, nbest,
                              confidence=math.exp(log_prob / max(tokens, 1)), tokens=tokens,
                              flags=flags)
+
+
+def best_choices(lists: Sequence[Sequence[tuple[str, float]]],
+                 n: int) -> list[tuple[list[str], float]]:
+    """The ``n`` best choices of one ``(text, score)`` from each list (each best first), by
+    the mean of their scores, best first (ties: the earlier ranks). Best-first search over
+    rank tuples: each choice taken puts its successors (one list a rank further down) on a
+    heap, so a text's n-best costs about ``n x pieces`` steps, never the product of the lists."""
+    first = (0,) * len(lists)
+    heap = [(-sum(x[0][1] for x in lists), first)]
+    seen, out = {first}, []
+    while heap and len(out) < n:
+        neg, ranks = heapq.heappop(heap)
+        chosen = [x[r] for x, r in zip(lists, ranks)]  # the score summed afresh: exact
+        out.append(([h for h, _ in chosen], sum(s for _, s in chosen) / len(lists)))
+        for p, r in enumerate(ranks):
+            after = (*ranks[:p], r + 1, *ranks[p + 1:])
+            if r + 1 < len(lists[p]) and after not in seen:
+                seen.add(after)
+                heapq.heappush(heap, (neg + lists[p][r][1] - lists[p][r + 1][1], after))
+    return out
 
 
 def join_groups(lines: Sequence[str], size: int = 3) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,9 @@ def build_table(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int
 
     ``c(s, t)``: sentences holding both, ``c(s)``, ``c(t)``: sentences holding each (sparse
     matrix products, no loop over tokens). Row ``s``: the ``K`` ids of highest score, ties
-    by lower id, then ``filler`` where fewer than ``K`` co-occur. Frequent: the ``N`` ids
-    of most occurrences (ties by lower id), then ``specials``."""
+    by lower id, then ``filler`` where fewer than ``K`` co-occur (``K`` at most ``tgt_vocab``:
+    a row holds at most every target id). Frequent: the ``N`` ids of most occurrences (ties by
+    lower id), then ``specials``."""
     a = pair_matrix(src_ids, src_vocab)  # (n, V_src)
     b = pair_matrix(tgt_ids, tgt_vocab)  # (n, V_tgt)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": used internally
@@ -128,20 +130,21 @@ def build_table(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int
     s, t = s[order], t[order]
     starts = torch.searchsorted(s, s, side="left")
     rank = torch.arange(s.numel()) - starts  # position within its row
-    keep = rank < cfg.per_source
-    table = torch.full((src_vocab, cfg.per_source), filler, dtype=torch.long)
-    table[s[keep], rank[keep]] = t[keep]
+    k = min(cfg.per_source, tgt_vocab)
+    keep = rank < k
+    table = torch.full((src_vocab, k), filler, dtype=id_type(tgt_vocab))
+    table[s[keep], rank[keep]] = t[keep].to(table.dtype)
     counts = torch.bincount(torch.tensor([i for x in tgt_ids for i in x], dtype=torch.long),
                             minlength=tgt_vocab)
     top = torch.argsort(-counts, stable=True)[: cfg.frequent]
     top = top[counts[top] > 0]
     frequent = torch.unique(torch.cat((top, torch.tensor(sorted(set(specials)), dtype=torch.long))))
-    return compact(table, tgt_vocab), compact(frequent, tgt_vocab)
+    return table, frequent.to(id_type(tgt_vocab))
 
 
-def compact(ids: Tensor, vocab: int) -> Tensor:
-    """Ids in the smallest integer type that holds ``vocab`` (int16 up to 32,767)."""
-    return ids.to(torch.int16 if vocab <= torch.iinfo(torch.int16).max + 1 else torch.int32)
+def id_type(vocab: int) -> torch.dtype:
+    """The smallest integer type that holds the ids of ``vocab`` (int16 up to 32,767)."""
+    return torch.int16 if vocab <= torch.iinfo(torch.int16).max + 1 else torch.int32
 
 
 def specials_of(arch, tgt_tokenizer, tags: Iterable[str] = ()) -> set[int]:
@@ -188,6 +191,11 @@ def shortlist_entry(ckpt: dict[str, Any], cfg: ShortlistConfig | None = None,
     cfg = cfg or ShortlistConfig()
     meta = ckpt["seq2seq"]
     arch, tokenizers = config_of(meta, where), TokenizerPair.from_state(meta["tokenizers"])
+    if cfg.per_source > arch.tgt_vocab_size:  # more columns would hold only filler
+        warnings.warn(f"--per-source {cfg.per_source} is more than the model's "
+                      f"{arch.tgt_vocab_size} target pieces: capped at {arch.tgt_vocab_size}",
+                      stacklevel=2)
+        cfg = replace(cfg, per_source=arch.tgt_vocab_size)
     paths = files or default_files((meta.get("src_lang"), meta.get("tgt_lang")), cfg, where)
     src, tgt = (read_lines(p) for p in paths)
     if len(src) != len(tgt):

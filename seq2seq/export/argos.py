@@ -1,7 +1,7 @@
 """Export to Argos Translate (``to_argos``): a ``.argosmodel`` package that argostranslate,
 and LibreTranslate through it, install and run offline.
 
-The package is a zip of one folder holding
+The package is a zip of one folder, named after the file (:func:`package_folder`), holding
 
 * ``model/``: our CTranslate2 export (:func:`seq2seq.export.ctranslate2.to_ctranslate2`;
   its config appends the source EOS, so Argos' ``sp.encode`` pieces go in as they are);
@@ -71,6 +71,18 @@ def is_argos_package(path: str | os.PathLike) -> bool:
             return any(re.fullmatch(r"[^/]+/metadata\.json", n) for n in z.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
+
+
+def package_folder(out: Path) -> str:
+    """The package's one folder: ``out``'s name without ``.argosmodel``. Argos unpacks it
+    under its packages folder as it is, so only a plain folder name: no ``.``, ``..``,
+    separator or unprintable character (``...argosmodel`` would give ``../metadata.json``)."""
+    top = out.stem or "package"
+    if top in (".", "..") or "\\" in top or not top.isprintable():
+        raise ValueError(f"--output {str(out)!r}: the package's folder is named after the file "
+                         f"(its name without .argosmodel), and {top!r} is not a plain folder "
+                         "name; give a name such as de_en.argosmodel")
+    return top
 
 
 def check_output(out: Path, source: Path | None, overwrite: bool) -> None:
@@ -186,12 +198,13 @@ def to_argos(ckpt_or_path: Any, out_file: str | os.PathLike, quantization: str |
     """Write the Argos package ``out_file`` (e.g. ``de_en.argosmodel``; its stem names the
     folder inside) for a checkpoint (path or dict). ``quantization``: the CTranslate2
     weights (None: float32). ValueError, before anything is written, for an output that
-    may not be written (:func:`check_output`) or a model Argos cannot hold (:func:`pair_of`,
+    may not be written (:func:`package_folder`, :func:`check_output`) or a model Argos cannot hold (:func:`pair_of`,
     and what CTranslate2 cannot represent)."""
     import ctranslate2  # noqa: F401  (missing packages: fail before reading anything)
     import spacy  # noqa: F401
 
     out = Path(out_file)
+    top = package_folder(out)
     source = source_path(ckpt_or_path)
     check_output(out, source, overwrite)
     _, ckpt = load(ckpt_or_path)
@@ -203,5 +216,5 @@ def to_argos(ckpt_or_path: Any, out_file: str | os.PathLike, quantization: str |
     with tempfile.TemporaryDirectory(prefix="seq2seq-argos-") as tmp:
         folder = Path(tmp) / "package"
         _build(folder, ckpt, src, tgt, name, quantization)
-        _zip_atomically(folder, out.stem or "package", out)
+        _zip_atomically(folder, top, out)
     return out

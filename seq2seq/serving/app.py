@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -32,6 +33,8 @@ from seq2seq.serving.models import ServedModel
 
 STATIC = Path(__file__).with_name("static")
 CORS_MAX_AGE_S = 60 * 60 * 24 * 20  # how long a browser may reuse a preflight (LibreTranslate's)
+CORS_METHODS = ["GET", "POST"]
+CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
 
 
 class Paths:
@@ -63,6 +66,29 @@ def error(path: str, status: int, message: str, headers: dict | None = None) -> 
     """An error as each API words it: LibreTranslate's ``{"error"}``, our ``{"detail"}``."""
     field = "error" if path == PREFIX or path.startswith(PREFIX + "/") else "detail"
     return JSONResponse({field: message}, status_code=status, headers=headers)
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS (any origin), with a refused preflight (a method or header the server
+    does not allow) answered in the asked API's JSON error shape, not as a text/plain line."""
+
+    def __init__(self, app: ASGIApp):
+        super().__init__(app, allow_origins=["*"], allow_methods=CORS_METHODS,
+                         allow_headers=CORS_HEADERS, expose_headers=["Authorization"],
+                         max_age=CORS_MAX_AGE_S)
+
+    def preflight_response(self, request_headers: Headers) -> ASGIApp:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        message = (f"{response.body.decode()}: this server allows the methods "
+                   f"{', '.join(CORS_METHODS)} and the headers {', '.join(CORS_HEADERS)}")
+        headers = {k: v for k, v in response.headers.items()
+                   if k.startswith("access-control-") or k == "vary"}
+
+        async def refused(scope: Scope, receive: Receive, send: Send) -> None:
+            await error(scope["path"], 400, message, headers)(scope, receive, send)
+        return refused
 
 
 class Failures:
@@ -110,9 +136,7 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
                        timeout_s=server.cfg.body_timeout_s, render=error)
     app.add_middleware(Failures)
     # added last = outermost: a refused body gets CORS headers too, and paths are final first
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
-                       allow_headers=["Authorization", "Content-Type", "X-API-Key"],
-                       expose_headers=["Authorization"], max_age=CORS_MAX_AGE_S)
+    app.add_middleware(Cors)
     app.add_middleware(Paths, libre_at_root=server.cfg.api == "libretranslate")
 
     @app.exception_handler(HTTPException)
