@@ -407,3 +407,22 @@ def test_shared_section_policies_and_table():
         if row["policy"] != "seq2seq":
             assert row["threads_start"] == row["threads_end"] == 2
     assert "fixed, spinning" in R.shared_table(res, "shared")
+
+
+def test_latency_rows_give_the_same_lines_in_their_own_processes():
+    """The latency section: ours and CTranslate2 (the export a user makes) translate the
+    same sentences to the same lines, each engine in a fresh process that imports only it."""
+    pytest.importorskip("ctranslate2")
+    from helpers import multi30k_lines
+
+    from scripts.bench import latency as L
+
+    shipped = Path(__file__).resolve().parents[1] / "data" / "models" / "multi30k_de_en_tiny.ckpt"
+    texts = multi30k_lines("de", L.WARMUP + 3, "test_2016_flickr")
+    res = L.bench_latency(str(shipped), load_checkpoint(shipped), texts, engines=("ours", "ct2"),
+                          log=lambda _: None)
+    assert [(r["engine"], r["search"]) for r in res["rows"]] == [
+        ("ours", "greedy"), ("ct2", "greedy"), ("ours", "beam 5"), ("ct2", "beam 5")]
+    assert all(r["same_as_ours_pct"] == 100.0 for r in res["rows"])
+    assert all(0 < r["p50_ms"] <= r["p95_ms"] for r in res["rows"]) and res["sentences"] == 3
+    assert "ct2" in R.latency_table(res, "t") and "p95 ms" in R.latency_table(res, "t")

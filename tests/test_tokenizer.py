@@ -134,3 +134,14 @@ def test_sampled_segmentation_same_text_seeded(corpus, model_type):
     changed = sum(s != b for s, b in zip(sampled, best, strict=True))
     assert changed > len(texts) // 4
     assert tok.encode(texts, alpha=0.0, seed=7) == best
+
+
+@pytest.mark.parametrize("n", [1, 2, 16, 17, 100])
+def test_a_batch_encodes_and_decodes_as_its_texts_one_by_one(tok, corpus, n):
+    """Small batches go one call a text, larger ones through SentencePiece's batch call:
+    either way the ids and texts are those of one text at a time."""
+    texts = corpus["de"][:n]
+    ids = tok.encode(texts)
+    assert ids == [tok.encode([t])[0] for t in texts]
+    assert tok.decode(ids) == [tok.decode([row])[0] for row in ids]
+    assert len(ids) == n

@@ -167,3 +167,11 @@ def students_table(result: dict, title: str) -> str:
              fmt(r["teacher_beam_over_this"], ".2f"), fmt(r["BLEU"], ".2f"),
              fmt(r["BLEU-lc-tok"], ".2f"), fmt(r["chrF"], ".2f")] for r in result["rows"]]
     return format_table(title, header, rows, result["notes"])
+
+
+def latency_table(result: dict, title: str) -> str:
+    header = ["engine", "search", "p50 ms", "p95 ms", "mean ms", "% same as ours"]
+    rows = [[r["engine"], r["search"], fmt(r["p50_ms"], ".2f"), fmt(r["p95_ms"], ".2f"),
+             fmt(r["mean_ms"], ".2f"), fmt(r.get("same_as_ours_pct"), ".1f")]
+            for r in result["rows"]]
+    return format_table(title, header, rows, result["notes"] + result["skipped"])

@@ -20,11 +20,13 @@ from scripts.bench.decode import bench_decoding
 from scripts.bench.engines import TEST_SPLIT, read_test_sources, training_batches
 from scripts.bench.gemm import PRECISIONS as GEMM_PRECISIONS
 from scripts.bench.gemm import bench_gemm
+from scripts.bench.latency import WARMUP, bench_latency
 from scripts.bench.profile import profile_beam, profile_training
 from scripts.bench.report import (
     attention_table,
     decode_table,
     gemm_table,
+    latency_table,
     levers_table,
     profile_report,
     shared_table,
@@ -56,8 +58,10 @@ from seq2seq.config import ModelConfig, from_dict
 SECTIONS = ("decode", "train", "attention")
 # on request: beam profile; training-step profile; training levers; training step by vocabulary size; both cores as
 # one process or DDP (trains the Tiny De->En recipe from its config: the checkpoint is unused);
-# the training step against its GEMMs alone; distilled students against the checkpoint as teacher
-EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared", "gemm", "students")
+# the training step against its GEMMs alone; distilled students against the checkpoint as teacher;
+# one sentence at a time (ours eager and compiled, CTranslate2)
+EXTRA_SECTIONS = ("profile", "train-profile", "levers", "vocab", "split", "shared", "gemm", "students",
+                  "latency")
 Log = Callable[[str], None]
 
 
@@ -201,11 +205,20 @@ def students_section(ckpt: dict, opts: Options, log: Log) -> dict:
     return res
 
 
+def latency_section(ckpt: dict, opts: Options, log: Log) -> dict:
+    texts = read_test_sources(ckpt, opts.data_dir, TEST_SPLIT, WARMUP + (opts.limit or 200))
+    log(f"\n[latency] one sentence at a time, {len(texts) - WARMUP} of Multi30k {TEST_SPLIT}")
+    res = bench_latency(opts.checkpoint, ckpt, texts, threads=opts.threads, log=log)
+    log("\n" + latency_table(res, f"Latency: one sentence at a time, {pair(ckpt)}, "
+                              f"{opts.threads} thread(s)"))
+    return res
+
+
 RUNNERS = {"decode": decode_section, "train": train_section, "attention": attention_section,
            "profile": profile_section, "train-profile": train_profile_section,
            "levers": levers_section, "vocab": vocab_section,
            "split": split_section, "shared": shared_section, "gemm": gemm_section,
-           "students": students_section}
+           "students": students_section, "latency": latency_section}
 
 
 def environment(threads: int) -> dict:

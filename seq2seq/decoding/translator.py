@@ -288,8 +288,11 @@ class Translator:
         todo = [i for i, s in enumerate(ids) if s]
         if not todo:
             return results
-        was_training = self.model.training
-        self.model.eval()  # dropout off; put back whatever the caller had
+        # dropout off, and whatever the caller had put back; only when some module trains:
+        # eval() walks every module, ~2 ms of a one-sentence call
+        was_training = [m for m in self.model.modules() if m.training]
+        for m in was_training:
+            m.training = False
         try:
             with torch.inference_mode():
                 generator = self._generator()
@@ -297,7 +300,8 @@ class Translator:
                     runtime.tick()  # follow the machine's load in a long file
                     self._run(batch, texts, ids, results, need_attention, generator, tag)
         finally:
-            self.model.train(was_training)
+            for m in was_training:
+                m.training = True
         for i in cut:
             results[i].flags.append("truncated")
         return results
