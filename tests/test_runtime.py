@@ -112,3 +112,39 @@ def test_a_look_started_earlier_waits_only_for_the_rest(monkeypatch):
     runtime.choose_threads(sample_seconds=0.1, meter=meter)
     runtime.choose_threads(sample_seconds=0.1)  # no earlier look: the whole sample
     assert slept[0] == 0.0 and slept[1] == pytest.approx(0.1, abs=0.01)
+
+
+def test_one_reader_of_the_cpu_serves_compute_types_compiled_packages_and_the_benchmark():
+    from pathlib import Path
+
+    import seq2seq.model.compiled as compiled
+    from scripts.bench.timing import cpu_model
+    from seq2seq import machine
+
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        pytest.skip("no /proc/cpuinfo")
+    lines = info.read_text().splitlines()
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith(("flags", "Features"))), [])
+    assert machine.cpu_flags() == frozenset(flags)
+    assert compiled.cpu_isa().split()[1:] == [f for f in compiled.ISA if f in flags]
+    assert set(cpu_model()["flags"]) <= set(flags) and cpu_model()["model"] == machine.cpu_model()
+
+
+@pytest.mark.parametrize("env, home", [({"SEQ2SEQ_CACHE_DIR": "/x/c"}, "/x/c"),
+                                       ({"XDG_CACHE_HOME": "/x/xdg"}, "/x/xdg/seq2seq"),
+                                       ({}, "~/.cache/seq2seq")])
+def test_one_cache_home_for_data_and_compiled_steps(monkeypatch, env, home):
+    from pathlib import Path
+
+    import seq2seq.model.compiled as compiled
+    from seq2seq import machine
+    from seq2seq.config import DataConfig
+    from seq2seq.data.cache import cache_root
+
+    for name in ("SEQ2SEQ_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert machine.cache_home() == Path(home).expanduser() == cache_root(DataConfig())
+    assert compiled.cache_dir() == machine.cache_home() / "compiled"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seq2seq import machine
+
 # Above this 1-minute load average other work shares the CPUs: timings are not results.
 QUIET_LOAD = 0.5
 
@@ -201,17 +203,8 @@ class OtherWork:
 
 def cpu_model() -> dict:
     """``lscpu``'s model name and the flags that decide kernels here (AVX-512, bf16, AMX)."""
-    info = {"model": None, "flags": []}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    if m := re.search(r"^model name\s*:\s*(.+)$", text, re.M):
-        info["model"] = m.group(1).strip()
-    if m := re.search(r"^flags\s*:\s*(.+)$", text, re.M):
-        wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
-        info["flags"] = [f for f in wanted if f in m.group(1).split()]
-    return info
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+    return {"model": machine.cpu_model(), "flags": [f for f in wanted if f in machine.cpu_flags()]}
 
 
 def other_work_warning(cores: float | None, limit: float = QUIET_LOAD) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any
 from seq2seq.config import DataConfig
 from seq2seq.data.sources import load_hub, side_files
 from seq2seq.files import check_regular_file
+from seq2seq.machine import cache_home
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,7 @@ def cache_root(cfg: DataConfig) -> Path:
     ``$XDG_CACHE_HOME/seq2seq``, else ``~/.cache/seq2seq``: never the working directory."""
     if cfg.cache_dir is not None:
         return Path(cfg.cache_dir).expanduser()
-    if os.environ.get("SEQ2SEQ_CACHE_DIR"):
-        return Path(os.environ["SEQ2SEQ_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg) / "seq2seq"
+    return cache_home()
 
 
 def digest(obj: Any) -> str:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.files import new_file_mode, write_atomic
+from seq2seq.machine import cache_home, cpu_flags
 from seq2seq.model.cache import DecoderCache
 from seq2seq.model.step import decoder_step, layer_step
 
@@ -90,22 +91,13 @@ def cpp_compiler() -> str | None:
 
 
 def cache_dir() -> Path:
-    """``$SEQ2SEQ_CACHE_DIR/compiled``, else ``$XDG_CACHE_HOME/seq2seq/compiled``, else
-    ``~/.cache/seq2seq/compiled`` (the data cache's root, ``data/cache.py``)."""
-    if os.environ.get("SEQ2SEQ_CACHE_DIR"):
-        return Path(os.environ["SEQ2SEQ_CACHE_DIR"]).expanduser() / "compiled"
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg).expanduser() / "seq2seq" / "compiled"
+    """``compiled/`` in the cache home (``machine.cache_home``)."""
+    return cache_home() / "compiled"
 
 
 def cpu_isa() -> str:
     """The instruction sets of this CPU that compiled code may use (its flags line's)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((set(line.split(":", 1)[1].split()) for line in f
-                          if line.startswith(("flags", "Features"))), set())
-    except OSError:
-        flags = set()
+    flags = cpu_flags()
     return " ".join([platform.machine(), *(f for f in ISA if f in flags)])
 
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config.decoding import ComputeType
+from seq2seq.machine import cpu_flags
 
 CHOICES: tuple[str, ...] = get_args(ComputeType)
 
@@ -54,11 +55,7 @@ def native_int8() -> bool:
 
 
 def _cpu_has(*flags: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            words = set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:
-        return False
+    words = cpu_flags()
     return any(flag in words or f"avx512_{flag}" in words for flag in flags)
 
 
