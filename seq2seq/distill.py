@@ -28,6 +28,7 @@ from pathlib import Path
 from seq2seq.config import DecodingConfig
 from seq2seq.data.sources import read_lines
 from seq2seq.decoding.translator import Translator
+from seq2seq.files import write_atomic
 
 PROVENANCE = "provenance.json"
 FORMAT = 1  # the folder layout's version, in its provenance
@@ -64,9 +65,7 @@ def provenance(plan: DistillPlan, lines: int) -> dict:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _check_or_start(out: Path, meta: dict) -> None:
@@ -151,13 +150,14 @@ def assemble(out: Path, n_shards: int, files: tuple[Path, Path]) -> int:
     renamed); the number of pairs."""
     pairs = 0
     for side, final in zip(("src", "tgt"), files):
-        tmp = final.with_name(f".{final.name}.tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            for i in range(n_shards):
-                text = _shard_paths(out, i)[0 if side == "src" else 1].read_text(encoding="utf-8")
-                f.write(text)
-                pairs += text.count("\n") if side == "src" else 0
-        os.replace(tmp, final)
+        def write(f, side=side) -> None:
+            nonlocal pairs
+            with gzip.open(f, "wt", encoding="utf-8") as z:
+                for i in range(n_shards):
+                    text = _shard_paths(out, i)[0 if side == "src" else 1].read_text(encoding="utf-8")
+                    z.write(text)
+                    pairs += text.count("\n") if side == "src" else 0
+        write_atomic(final, write)
     return pairs
 
 

@@ -20,6 +20,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.transforms import ScaledTranslation
 from torch import Tensor
 
+from seq2seq.files import write_atomic
 from seq2seq.model import Attentions
 
 # Every attention plot carries this text chunk, so that a later run replaces its own plot
@@ -192,13 +193,7 @@ def _save_png(image, path: Path) -> Path:
 
     info = PngInfo()
     info.add_text(MARK_KEY, MARK_VALUE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        image.save(tmp, format="PNG", pnginfo=info, compress_level=1)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, lambda f: image.save(f, format="PNG", pnginfo=info, compress_level=1))
     return path
 
 

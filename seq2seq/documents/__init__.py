@@ -104,11 +104,8 @@ def plan_output(path: str, output: str | None, target: str | None, force: bool) 
 def translate_file(path: str, out: Path, translate: SentenceTranslator, lang: str | None) -> None:
     """The document at ``path`` translated into ``out`` (written whole, then renamed: an
     interrupted run leaves no half file)."""
+    from seq2seq.files import write_atomic
+
     data = Path(path).read_bytes()
     done = translate_document(data, path, translate, lang)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(done)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(out, lambda f: f.write(done))

@@ -40,7 +40,7 @@ from typing import Any
 
 from seq2seq.directions import LANGUAGE_NAMES
 from seq2seq.export.common import load, model_directions, source_path, tokenizer_states
-from seq2seq.files import kind_of
+from seq2seq.files import kind_of, write_atomic
 
 ARGOS_VERSION = "1.11"  # the argostranslate release these packages are tested with
 PACKAGE_VERSION = "1.0"
@@ -175,22 +175,13 @@ def _build(folder: Path, ckpt: dict[str, Any], src: str, tgt: str, name: str,
 
 def _zip_atomically(folder: Path, top: str, out: Path) -> None:
     """``folder`` zipped as ``top/...`` into a temporary file beside ``out``, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
-                for path in sorted(folder.rglob("*")):
-                    if path.is_file():
-                        z.write(path, f"{top}/{path.relative_to(folder).as_posix()}")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the unfinished file only
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def write(f) -> None:
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    z.write(path, f"{top}/{path.relative_to(folder).as_posix()}")
+
+    write_atomic(out, write)
 
 
 def to_argos(ckpt_or_path: Any, out_file: str | os.PathLike, quantization: str | None = None,
