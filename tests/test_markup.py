@@ -179,10 +179,7 @@ def test_what_is_not_language_never_reaches_the_model():
     out = translate_html(page, fake, lang="de")
     assert fake.calls == [["Ein Hund läuft.", "Eine Katze"]]
     assert out == "<ol><li>1. . läuft Hund Ein</li><li>- Katze Eine 😀</li></ol>"
-
-
-def test_an_element_from_a_marker_into_a_sentence_takes_the_marker_along():
-    fake = Fake(reverse=True)
+    fake = Fake(reverse=True)  # an element from a marker into a sentence takes the marker along
     out = translate_html("<p><b>1. Ein</b> Hund läuft.</p>", fake, lang="de")
     assert fake.calls == [["1. Ein Hund läuft."]] and balanced(out)
 

@@ -164,8 +164,12 @@ IDENTITY_TEXTS = st.lists(st.sampled_from(
 @example("我爱你。你好！真的？", 126)
 def test_an_identity_model_gives_every_text_back(shipped, texts, limit):
     """Cut, kept, put back: with a model that returns its source, the Translator's output
-    is its input, whatever was kept, cut at clauses or words, or joined across CJK."""
+    is its input, whatever was kept, cut at clauses or words, or joined across CJK; and the
+    model only ever gets language (a letter, no URL) within the sentence limit."""
+    asked = []
+
     def identity(self, texts, need_attention, progress, tag):
+        asked.extend(texts)
         return [TranslationResult(t, t, 0.0, 0.0, [(t, 0.0)], tokens=1) for t in texts]
     patch = pytest.MonkeyPatch()
     patch.setattr(Translator, "_translate_lines", identity)
@@ -176,6 +180,8 @@ def test_an_identity_model_gives_every_text_back(shipped, texts, limit):
     finally:
         patch.undo()
     assert got == (texts if texts.strip() else "")
+    assert all(any(c.isalpha() for c in piece) and "https://" not in piece for piece in asked)
+    assert all(n <= limit for n in t._lengths(asked))
 
 
 def test_list_markers_numbers_and_symbols_pass_through(shipped):
