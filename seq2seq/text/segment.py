@@ -234,8 +234,9 @@ def fit_clauses(sentence: str, length: Callable[[str], int], limit: int) -> list
 
 def cut_words(piece: str, length: Callable[[str], int], limit: int) -> list[tuple[int, int]]:
     """Spans of ``piece`` (a clause over ``limit``) cut between words into as few runs as
-    stay within ``limit``; a word over ``limit`` alone is cut between characters. The hard
-    cap on what one model call gets: a 20,000-character word once went whole."""
+    stay within ``limit``; a word over ``limit`` alone is cut between characters (a run
+    left without a letter is kept, ``text.passthrough``). The hard cap on what one model
+    call gets: a 20,000-character word once went whole."""
     pieces: list[tuple[int, int]] = []
     for word in re.finditer(r"\S+", piece):
         start, end = word.span()
@@ -245,7 +246,8 @@ def cut_words(piece: str, length: Callable[[str], int], limit: int) -> list[tupl
             pieces.append((start, end))
         else:
             pieces += _cut_characters(piece, start, end, length, limit)
-    return pieces
+    kept = [passthrough.language(piece, a, b) for a, b in pieces]
+    return [span for span in kept if span is not None]
 
 
 def _cut_characters(text: str, start: int, end: int, length: Callable[[str], int],
