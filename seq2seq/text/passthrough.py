@@ -1,9 +1,9 @@
 """What in a text is not language: kept verbatim in the translation, never sent to a model.
 
 A one-sentence model given a list marker, a bare number or an emoji makes words up around
-it (``1.`` became ``1 1 1 1.``, ``♪`` "Hemble at night"), and a URL comes back respelled.
-``text.segment`` asks this module where its sentences are not language, so those spans
-stay in the gaps between the sentences that go to the model:
+it (the shipped De->En model: ``1.`` gives ``1 1 1 1.``, ``♪`` "Hemble at night"), and a URL
+comes back respelled. ``text.segment`` asks this module where its sentences are not
+language, so those spans stay in the gaps between the sentences that go to the model:
 
 - anywhere in a line: URLs, e-mail addresses, and runs of 64 or more ASCII characters
   without a space (hashes, base64, a path: no word is that long); the line is cut around

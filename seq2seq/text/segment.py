@@ -236,7 +236,7 @@ def cut_words(piece: str, length: Callable[[str], int], limit: int) -> list[tupl
     """Spans of ``piece`` (a clause over ``limit``) cut between words into as few runs as
     stay within ``limit``; a word over ``limit`` alone is cut between characters (a run
     left without a letter is kept, ``text.passthrough``). The hard cap on what one model
-    call gets: a 20,000-character word once went whole."""
+    call gets: a 20,000-character word, whole, keeps a model busy for minutes."""
     pieces: list[tuple[int, int]] = []
     for word in re.finditer(r"\S+", piece):
         start, end = word.span()
