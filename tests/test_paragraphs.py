@@ -64,13 +64,19 @@ def test_split_equals_each_sentence_alone_in_the_text_gaps(shipped):
     assert results[2].log_prob == pytest.approx(alone.log_prob, abs=1e-4)
 
 
-def test_all_sentences_of_a_call_share_the_batches(shipped, monkeypatch):
-    calls = []
+def _record(monkeypatch, dim: int) -> list[int]:
+    """``src.shape[dim]`` of every model call from now on (rows, or source width)."""
+    seen: list[int] = []
 
-    def counting(model, src, *args, **kwargs):
-        calls.append(src.shape[0])
+    def recording(model, src, *args, **kwargs):
+        seen.append(src.shape[dim])
         return search(model, src, *args, **kwargs)
-    monkeypatch.setattr(translator_module, "search", counting)
+    monkeypatch.setattr(translator_module, "search", recording)
+    return seen
+
+
+def test_all_sentences_of_a_call_share_the_batches(shipped, monkeypatch):
+    calls = _record(monkeypatch, 0)
     shipped.translate(TEXTS)
     assert calls == [7]  # 3 + 3 + 1 sentences, one model call (they fit one batch)
 
@@ -135,12 +141,7 @@ def test_a_source_longer_than_the_model_takes_is_flagged_truncated(shipped):
 
 
 def test_a_clause_over_the_limit_is_cut_at_words_and_flagged(shipped, monkeypatch):
-    widths = []
-
-    def recording(model, src, *args, **kwargs):
-        widths.append(src.shape[1])
-        return search(model, src, *args, **kwargs)
-    monkeypatch.setattr(translator_module, "search", recording)
+    widths = _record(monkeypatch, 1)
     limit = 6
     short = Translator(shipped.model, shipped.tokenizers, DecodingConfig(
         method="greedy", max_sentence_tokens=limit), None, None, shipped.pair)
