@@ -52,6 +52,17 @@ def test_text_keeps_every_line_blank_lines_and_spaces_between_sentences():
     assert fake.calls[0] == ["Ein Hund läuft.", "Eine Katze schläft.", "Zwei Männer.", "Ende"]
 
 
+def test_what_is_not_language_stays_and_unspaced_sentences_get_a_space():
+    src = "1. Ein Hund läuft. 👍\n♪\n2024\n- Eine Katze schläft.\n我爱你。你好！"
+    english = {"我爱你。": "I love you.", "你好！": "Hello!"}
+
+    class Fake(Upper):
+        def one(self, s):
+            return Aligned(english[s]) if s in english else super().one(s)
+    out = translate_document(src.encode(), "a.txt", Fake(), "de")
+    assert out.decode() == "1. EIN HUND LäUFT. 👍\n♪\n2024\n- EINE KATZE SCHLäFT.\nI love you. Hello!"
+
+
 def test_text_that_is_not_utf8_is_refused_in_one_line():
     with pytest.raises(DocumentError, match=r"^a\.txt: not UTF-8 text \(byte 3: 0xe4\)$"):
         run("Ein\xe4".encode("latin-1"), "a.txt")

@@ -137,6 +137,19 @@ def test_html_keeps_the_markup_and_translates_the_text(url):
     assert "&amp;amp;" not in out  # escaped once
 
 
+def test_numbers_symbols_and_list_markers_pass_through_both_formats(url):
+    table = "<table><tr><td>1</td><td>2024</td><td>♪</td><td>😀 👍</td><td>...</td></tr></table>"
+    got = httpx.post(url + "translate", json={"q": table, "source": "de", "target": "en",
+                                              "format": "html"})
+    assert got.status_code == 200 and got.json()["translatedText"] == table
+    texts = ["1. Eine Gruppe von Menschen wartet auf den Bus.", "♪", "2024", "😀 Ein Hund läuft. 👍"]
+    out = httpx.post(url + "translate", json={"q": texts, "source": "de", "target": "en"}).json()
+    assert out["translatedText"] == seq2seq_translate(DE_EN, texts)
+    marked, note, year, emoji = out["translatedText"]
+    assert marked.startswith("1. ") and not any(c.isdigit() for c in marked[3:])
+    assert (note, year) == ("♪", "2024") and emoji.startswith("😀 ") and emoji.endswith(" 👍")
+
+
 # ---------------------------------------------------------------- API keys
 def test_api_keys_accepted_refused_and_rate_limited(keyed_url):
     good = libretranslatepy.LibreTranslateAPI(keyed_url, api_key="good-key")

@@ -21,8 +21,8 @@ TAG = re.compile(r"<[^>]*>")
 
 def split(text: str) -> list[tuple[int, int]]:
     """Sentences end at a full stop (enough for these tests; the real segmenter is tested
-    on its own)."""
-    return [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.?", text)]
+    on its own); every character is in one (what a splitter leaves out is kept as it is)."""
+    return [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.?|\.+", text)]
 
 
 class Fake:
@@ -168,6 +168,40 @@ def test_deep_nesting_is_no_problem():
 def test_points_keep_their_spacing():
     out, _ = translate("<p>Run <code>ls</code> now.<br>Next line.<br/> End<img src=x>.</p>")
     assert out == "<p>Run <code>ls</code> now.<br>Next line.<br/> End<img src=x>.</p>"
+
+
+def test_what_is_not_language_never_reaches_the_model():
+    """The real segmenter: numbers alone, symbols, list markers stay in the page verbatim."""
+    fake = Fake(reverse=True)
+    table = "<table><tr><td>1</td><td>2024</td><td>♪</td><td>😀 👍</td><td>12 %</td></tr></table>"
+    assert translate_html(table, fake, lang="de") == table and fake.calls == []
+    page = "<ol><li>1. Ein Hund läuft.</li><li>- Eine Katze 😀</li></ol>"
+    out = translate_html(page, fake, lang="de")
+    assert fake.calls == [["Ein Hund läuft.", "Eine Katze"]]
+    assert out == "<ol><li>1. . läuft Hund Ein</li><li>- Katze Eine 😀</li></ol>"
+    fake = Fake(reverse=True)  # an element from a marker into a sentence takes the marker along
+    out = translate_html("<p><b>1. Ein</b> Hund läuft.</p>", fake, lang="de")
+    assert fake.calls == [["1. Ein Hund läuft."]] and balanced(out)
+
+
+def test_unspaced_sentences_get_a_space_between_spaced_translations():
+    english = {"我爱你。": "I love you.", "你好！": "Hello!"}
+
+    def translate_zh(sentences):
+        return [Aligned(english[s]) for s in sentences]
+    assert translate_html("<p>我爱你。你好！</p>", translate_zh, lang="zh") == "<p>I love you. Hello!</p>"
+
+
+KEPT = st.sampled_from(["1. ", "- ", "😀", " 👍", "♪", "2024", "12 %", " https://example.com ", "我爱你。"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["Ein Hund läuft.", "ein hund läuft.", "<b>Katze</b>",
+                                          "<i>1. Ein</i>", "<br>", "\n"]) | KEPT, max_size=8)
+                .map(" ".join), min_size=1, max_size=3))
+def test_identity_with_the_real_segmenter_gives_back_any_page(blocks):
+    page = "".join(f"<p>{b}</p>" for b in blocks)
+    assert translate_html(page, Fake(), lang="de") == page
 
 
 # ---------------------------------------------------------------- properties

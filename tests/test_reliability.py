@@ -349,9 +349,12 @@ def test_invalid_utf8_lines_are_counted(work):
 
 def test_truncation_warning_once(work):
     text = " ".join(["Hund"] * 200)
-    code, out, err = run("translate", ["-m", str(work / "good.ckpt"), text])
+    code, out, err = run("translate", ["-m", str(work / "good.ckpt"), "--no-split", text])
     assert code == 0 and out.count("\n") == 1
     assert sum("truncated" in line for line in err.splitlines()) == 1, err
+    code, out, err = run("translate", ["-m", str(work / "good.ckpt"), text])  # split: cut, whole
+    assert code == 0 and out.count("\n") == 1 and "truncated" not in err
+    assert sum("was cut at words" in line for line in err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("flags, words", [

@@ -94,8 +94,11 @@ def _syntok(lang, text):
 
 
 def _ours(lang, text):
-    from seq2seq.text.segment import split_text
-    return split_text(text, lang).sentences
+    """Where the text is cut: at each sentence's end (what passes through untouched, a
+    list marker, stays with the sentence it comes before)."""
+    from seq2seq.text.segment import sentence_spans
+    ends = [0, *(b for _, b in sentence_spans(text, lang)[:-1]), len(text)]
+    return [text[a:b] for a, b in zip(ends, ends[1:])]
 
 
 LIBRARIES = {"pysbd": _pysbd, "sentencex": _sentencex, "sentence-splitter": _moses,

@@ -24,6 +24,7 @@ confidence (its geometric-mean token probability: median 0.75 on held-out captio
 below 0.5 on other text). Outputs below the checkpoint's calibrated threshold
 (``seq2seq-calibrate``; the shipped models have one) are flagged "unsure", and one warning
 on stderr says how many; ``--warn-below P`` sets another threshold, ``--warn-below 0`` none.
+Outputs missing a number of their input are flagged "numbers", and counted the same way.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
                     help="jsonl: one JSON object a line: src, hyp, score (normalized, what "
                          "ranks hypotheses), confidence (0-1), flags (warnings: skipped, "
-                         "truncated, unsure), nbest")
+                         "truncated, cut, numbers, unsure), nbest")
     ap.add_argument("--warn-below", type=float, metavar="P",
                     help="outputs whose confidence is below P, in [0, 1), are flagged unsure, "
                          "and one line on stderr says how many (default: the checkpoint's "
@@ -276,29 +277,45 @@ def check_warn_below(value: float | None) -> None:
 FLAG_WORDS = {
     "skipped": "the output has far fewer words than the input: parts of it may be untranslated",
     "truncated": "a sentence longer than the model takes was cut: its end is untranslated",
+    "cut": "a clause longer than the model takes was cut at words and translated in pieces: "
+           "it may not read as one",
 }
+COUNTED = ("numbers", "unsure")  # frequent on some inputs: counted, then said once each
 
 
 def _warn_flags(result, line: int) -> None:
     for flag in result.flags:
-        if flag != "unsure":  # counted, then said once (_warn_unsure)
+        if flag not in COUNTED:
             print(f"{PROG}: warning: line {line}: {FLAG_WORDS.get(flag, flag)}", file=sys.stderr)
+
+
+def _which(flagged: list[int], lines: int, what: str) -> str:
+    """``3 of 40 output lines WHAT (lines 1, 2, 7)``: the opening of a counted warning."""
+    shown = ", ".join(map(str, flagged[:10])) + (", ..." if len(flagged) > 10 else "")
+    return (f"{PROG}: warning: {len(flagged)} of {lines} output lines {what} "
+            f"(line{'s' * (len(flagged) > 1)} {shown})")
 
 
 def _warn_unsure(unsure: list[int], lines: int, translator, explicit: bool) -> None:
     """One line for all the outputs flagged "unsure": how many, which, and what it means."""
     if not unsure:
         return
-    shown = ", ".join(map(str, unsure[:10])) + (", ..." if len(unsure) > 10 else "")
     cal = translator.calibration
     why = "--warn-below" if explicit or not cal else (
         f"under which {cal['quantile']:.0%} of its {cal['split']} translations fell")
-    print(f"{PROG}: warning: {len(unsure)} of {lines} output lines are unsure (line"
-          f"{'s' * (len(unsure) > 1)} {shown}): confidence below {translator.unsure_below:.3g} "
-          f"({why}); the input is "
+    print(f"{_which(unsure, lines, 'are unsure')}: confidence below "
+          f"{translator.unsure_below:.3g} ({why}); the input is "
           "probably unlike the model's training data and these translations may be wrong "
           "(--output-format jsonl flags them \"unsure\"; --warn-below 0: no warning)",
           file=sys.stderr)
+
+
+def _warn_numbers(flagged: list[int], lines: int) -> None:
+    """One line for all the outputs flagged "numbers"."""
+    if flagged:
+        print(f"{_which(flagged, lines, 'lack a number of their input')}: a number was "
+              "dropped, changed or written out; check them (--output-format jsonl flags them "
+              "\"numbers\")", file=sys.stderr)
 
 
 def _translate_document(args, decoding: DecodingConfig) -> None:
@@ -357,7 +374,7 @@ def run(args) -> None:
     # Interactive stdin: answer each line as it comes rather than waiting for a chunk.
     interactive = not args.text and not args.input and sys.stdin is not None and sys.stdin.isatty()
     size = 1 if interactive else CHUNK_LINES
-    line, unsure = 0, []
+    line, unsure, numbers = 0, [], []
     for i, chunk in enumerate(_chunks(lines, size)):
         if i == 0 and args.plot_attention:
             _plot_first(translator, chunk, args.plot_attention, direction)
@@ -366,8 +383,10 @@ def run(args) -> None:
             line += 1
             _warn_flags(result, line)
             unsure += [line] if "unsure" in result.flags else []
+            numbers += [line] if "numbers" in result.flags else []
         out.flush()
     _warn_unsure(unsure, line, translator, args.warn_below is not None)
+    _warn_numbers(numbers, line)
     if getattr(lines, "too_long", None):
         raise ValueError(lines.too_long)
     if getattr(lines, "invalid", 0):

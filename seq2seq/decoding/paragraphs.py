@@ -1,10 +1,12 @@
 """Texts of any length through a model trained on single sentences.
 
 A text is cut into sentences (``seq2seq.text.segment``), a sentence longer than the model
-ever saw into clauses; every piece of every text of a call goes to the model in the same
-length-packed batches; each text is then put back together from its pieces' translations
-and its own gaps (spaces, line breaks, blank lines). Pieces without a letter or digit
-(emoji, punctuation) are kept as they are; a blank text gives ``""``.
+ever saw into clauses, a clause still longer at words (flagged ``"cut"``: no model call
+gets more than the model's sentence limit); every piece of every text of a call goes to
+the model in the same length-packed batches; each text is then put back together from its
+pieces' translations and its own gaps (spaces, line breaks, blank lines, and what is not
+language: list markers, numbers alone, symbols, URLs, kept verbatim by the segmenter). A
+blank text gives ``""``.
 
 A text of one piece keeps everything its piece's result has (score, n-best, flags); a text
 of several gets the total log-prob of its pieces, their mean normalized score, the
@@ -21,7 +23,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from seq2seq.decoding.result import TranslationResult
-from seq2seq.text.segment import Segments, fit_clauses, from_spans, has_words, sentence_spans
+from seq2seq.text.segment import Segments, cut_words, fit_clauses, from_spans, sentence_spans
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one text is made of the plan's units: its sentences and gaps, where its units
+    start in ``Plan.units`` (one per sentence, in order), and whether a clause was cut."""
+
+    segments: Segments
+    first: int
+    cut: bool
 
 
 @dataclass(frozen=True)
@@ -30,69 +42,70 @@ class Plan:
 
     texts: list[str]
     units: list[str]
-    layouts: list[tuple[Segments, list[int | None]]]  # per text: pieces, unit index or None
+    layouts: list[Layout]
 
     def assemble(self, results: Sequence[TranslationResult]) -> list[TranslationResult]:
         """One result per text from the units' results (in ``units`` order)."""
-        return [_assemble(text, segments, [None if u is None else results[u] for u in units])
-                for text, (segments, units) in zip(self.texts, self.layouts)]
+        return [_assemble(text, lay, list(results[lay.first:lay.first + len(lay.segments.sentences)]))
+                for text, lay in zip(self.texts, self.layouts)]
 
 
 def _spans(text: str, lang: str | None, lengths: Callable[[list[str]], list[int]],
-           limit: int) -> list[tuple[int, int]]:
-    """Sentence spans of ``text``, those over ``limit`` tokens cut further at clauses."""
+           limit: int) -> tuple[list[tuple[int, int]], bool]:
+    """Sentence spans of ``text``, those over ``limit`` tokens cut further at clauses, a
+    clause still over it at words; and whether that last cut was needed."""
     spans = sentence_spans(text, lang)
     sizes = lengths([text[a:b] for a, b in spans])
     out: list[tuple[int, int]] = []
+    cut = False
+
+    def one(s: str) -> int:
+        return lengths([s])[0]
     for (a, b), size in zip(spans, sizes):
         if size <= limit:
             out.append((a, b))
             continue
-        def one(s: str) -> int:
-            return lengths([s])[0]
-        out += [(a + x, a + y) for x, y in fit_clauses(text[a:b], one, limit)]
-    return out
+        for x, y in fit_clauses(text[a:b], one, limit):
+            x, y = a + x, a + y
+            if one(text[x:y]) <= limit:
+                out.append((x, y))
+            else:  # one clause over the limit: no model call gets more
+                cut = True
+                out += [(x + u, x + v) for u, v in cut_words(text[x:y], one, limit)]
+    return out, cut
 
 
 def plan(texts: Sequence[str], lang: str | None, lengths: Callable[[list[str]], list[int]],
          limit: int) -> Plan:
     """Cut ``texts`` (in language ``lang``) into the pieces to translate; ``lengths`` gives
-    the source tokens of each of a list of strings, ``limit`` the most a piece should have."""
+    the source tokens of each of a list of strings, ``limit`` the most a piece may have."""
     units: list[str] = []
     layouts = []
     for text in texts:
-        segments = from_spans(text, _spans(text, lang, lengths, limit))
-        index: list[int | None] = []
-        for sentence in segments.sentences:
-            index.append(len(units) if has_words(sentence) else None)
-            if has_words(sentence):
-                units.append(sentence)
-        layouts.append((segments, index))
+        spans, cut = _spans(text, lang, lengths, limit)
+        segments = from_spans(text, spans)
+        layouts.append(Layout(segments, len(units), cut))
+        units += segments.sentences
     return Plan(list(texts), units, layouts)
 
 
-def _assemble(text: str, segments: Segments,
-              results: list[TranslationResult | None]) -> TranslationResult:
+def _assemble(text: str, layout: Layout, done: list[TranslationResult]) -> TranslationResult:
     if not text.strip():  # blank: "" as without splitting (the Translator's promise)
         return TranslationResult(text, "", 0.0, 0.0, [("", 0.0)])
-    hyps = [s if r is None else r.hyp for s, r in zip(segments.sentences, results)]
-    done = [r for r in results if r is not None]
-    hyp = segments.join(hyps)
-    if not done:  # blank, or nothing to translate (emoji, punctuation): as it came
+    segments, cut = layout.segments, ["cut"] * layout.cut
+    hyp = segments.join([r.hyp for r in done])
+    if not done:  # nothing to translate (emoji, numbers, a URL): as it came
         return TranslationResult(text, hyp, 0.0, 0.0, [(hyp, 0.0)])
-    at = [i for i, r in enumerate(results) if r is not None]
-    nbest = []
-    for choice, score in best_choices([r.nbest for r in done], max(len(r.nbest) for r in done)):
-        pieces = list(hyps)
-        for i, h in zip(at, choice):
-            pieces[i] = h
-        nbest.append((segments.join(pieces), score))
     if len(done) == 1:  # one sentence: its own result, in the text's gaps
-        return replace(done[0], src=text, hyp=hyp, nbest=nbest)
+        (r,) = done
+        nbest = [(segments.join([h]), s) for h, s in r.nbest]
+        return replace(r, src=text, hyp=hyp, nbest=nbest, flags=sorted({*r.flags, *cut}))
+    nbest = [(segments.join(choice), score) for choice, score in
+             best_choices([r.nbest for r in done], max(len(r.nbest) for r in done))]
     log_prob = sum(r.log_prob for r in done)
     tokens = sum(r.tokens for r in done)
     score = sum(r.score for r in done) / len(done)
-    flags = sorted({f for r in done for f in r.flags})
+    flags = sorted({f for r in done for f in r.flags} | set(cut))
     return TranslationResult(text, hyp, score, log_prob, nbest,
                              confidence=math.exp(log_prob / max(tokens, 1)), tokens=tokens,
                              flags=flags)

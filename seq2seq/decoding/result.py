@@ -1,9 +1,14 @@
-"""``TranslationResult``: what a translation of one text carries besides its text."""
+"""``TranslationResult``: what a translation of one text carries besides its text, and the
+checks that flag an output (``output_flags``)."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 
+from seq2seq.config import DecodingConfig
 from seq2seq.model import Attentions
 
 
@@ -22,5 +27,39 @@ class TranslationResult:
     confidence: float = 1.0
     tokens: int = 0  # output tokens of the 1-best, EOS included (0: nothing was translated)
     # warnings about this output: "skipped" (far shorter than its source: words were probably
-    # dropped), "truncated" (a source piece longer than the model takes was cut)
+    # dropped), "truncated" (a source piece longer than the model takes was cut: its end is
+    # untranslated), "cut" (a clause over the model's sentence limit was cut at words and
+    # translated in pieces), "numbers" (a number of the source is not in the output),
+    # "unsure" (confidence below the model's calibrated threshold)
     flags: list[str] = field(default_factory=list)
+
+
+SKIP_MIN_WORDS = 8  # shorter sources vary too much in length to judge (see skip_ratio)
+
+
+def skipped(src: str, hyp: str, decoding: DecodingConfig) -> bool:
+    """Whether ``hyp`` has far fewer words than ``src`` (under ``decoding.skip_ratio`` of
+    them): a translation that dropped words, as one-sentence models do with several
+    sentences at once. Words are what spaces separate (a measure that does not judge text
+    without spaces: Chinese, Japanese)."""
+    n_src = len(src.split())
+    return n_src >= SKIP_MIN_WORDS and len(hyp.split()) < decoding.skip_ratio * n_src
+
+
+def _numbers(text: str) -> Counter:
+    """The digit runs of ``text`` (any script's digits, as ASCII, leading zeros dropped):
+    ``3,50`` and ``3.50`` both hold 3 and 50, so a decimal comma's translation matches."""
+    return Counter("".join(str(unicodedata.decimal(c)) for c in run).lstrip("0") or "0"
+                   for run in re.findall(r"\d+", text))
+
+
+def missing_numbers(src: str, hyp: str) -> bool:
+    """Whether a number of ``src`` is not in ``hyp`` (as many times): dropped or changed
+    (``2,50 Euro`` -> ``20s``), or written as a word (``2`` -> ``two``)."""
+    return bool(_numbers(src) - _numbers(hyp))
+
+
+def output_flags(src: str, hyp: str, decoding: DecodingConfig) -> list[str]:
+    """The flags an output of one model call gets from its source: ``"skipped"``,
+    ``"numbers"``."""
+    return ["skipped"] * skipped(src, hyp, decoding) + ["numbers"] * missing_numbers(src, hyp)

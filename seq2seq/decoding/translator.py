@@ -5,13 +5,14 @@ Used by the CLI, evaluation and validation during training. Policies:
   source tokens (``seq2seq.data.batch.pack``, the rule training batches follow too),
   longest batch first; results come back in input order.
 - Each text is cut into sentences and put back together (``paragraphs``; off with
-  ``decoding.split_sentences = False``); text without a letter or digit comes back as it is.
+  ``decoding.split_sentences = False``); what is not language (list markers, numbers alone,
+  symbols, URLs: ``text.passthrough``) comes back as it is, never sent to the model.
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
-- An output with far fewer words than its source is flagged ``"skipped"``, a source cut to
-  fit the model ``"truncated"``, an output whose confidence is below ``unsure_below`` (the
-  checkpoint's calibrated threshold, ``seq2seq-calibrate``) ``"unsure"``
-  (``TranslationResult.flags``).
+- An output with far fewer words than its source is flagged ``"skipped"``, one missing a
+  number of its source ``"numbers"``, a source cut to fit the model ``"truncated"``, an
+  output whose confidence is below ``unsure_below`` (the checkpoint's calibrated
+  threshold, ``seq2seq-calibrate``) ``"unsure"`` (``TranslationResult.flags``).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
   one warning per call naming how many lines were cut; it never crashes.
 - Control characters and emoji go through SentencePiece like any text (unknown pieces
@@ -36,7 +37,7 @@ from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding import paragraphs
 from seq2seq.decoding.ensemble import Ensemble
-from seq2seq.decoding.result import TranslationResult
+from seq2seq.decoding.result import TranslationResult, output_flags
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.decoding.shortlist import Shortlist
@@ -365,7 +366,7 @@ class Translator:
             r = TranslationResult(texts[i], texts_n[0], best.normalized, best.score,
                                   [(s, h.normalized) for s, h in zip(texts_n, hyps)],
                                   confidence=confidence(best), tokens=len(best.tokens) + 1,
-                                  flags=skipped(texts[i], texts_n[0], self.decoding))
+                                  flags=output_flags(texts[i], texts_n[0], self.decoding))
             if need_attention:
                 r.attention = out.attentions[row]
                 r.src_pieces = self.tokenizers.src.id_to_piece(src[row][src[row] != cfg.pad_id].tolist())
@@ -379,20 +380,6 @@ def confidence(hyp: Hypothesis) -> float:
     The shipped De->En model: median 0.75 on Multi30k val (95% above 0.48 greedy, 0.57 beam
     5), 0.25-0.48 on everyday sentences unlike its captions."""
     return math.exp(hyp.score / (len(hyp.tokens) + 1))
-
-
-SKIP_MIN_WORDS = 8  # shorter sources vary too much in length to judge (see skip_ratio)
-
-
-def skipped(src: str, hyp: str, decoding: DecodingConfig) -> list[str]:
-    """``["skipped"]`` when ``hyp`` has far fewer words than ``src`` (under
-    ``decoding.skip_ratio`` of them): a translation that dropped words, as one-sentence
-    models do with several sentences at once. Words are what spaces separate (a measure
-    that does not judge text without spaces: Chinese, Japanese)."""
-    n_src = len(src.split())
-    if n_src < SKIP_MIN_WORDS:
-        return []
-    return ["skipped"] if len(hyp.split()) < decoding.skip_ratio * n_src else []
 
 
 def _progress(batches: list, enabled: bool):

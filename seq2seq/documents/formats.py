@@ -21,6 +21,7 @@ import zipfile
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
+from seq2seq.text.segment import spacer
 
 MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 
@@ -30,7 +31,7 @@ class DocumentError(ValueError):
 
 
 def plan_texts(texts: list[str], split: Splitter) -> list[list[tuple[int, int]]]:
-    """The sentence units of each text (every non-blank character in one)."""
+    """The sentence units of each text (what is not language left between them)."""
     return [units(t, split(t), []) if t.strip() else [] for t in texts]
 
 
@@ -46,8 +47,10 @@ def translate_texts(texts: list[str], translate: SentenceTranslator, split: Spli
     out = []
     for text, plan, done in zip(texts, plans, _translate_units(texts, plans, translate)):
         parts, cursor = [], 0
-        for (s, e), al in zip(plan, done):
-            parts += [text[cursor:s], al.text]
+        for k, ((s, e), al) in enumerate(zip(plan, done)):
+            touch = k and s == cursor  # no gap: a space between them, maybe (spacer)
+            parts += [spacer(text[plan[k - 1][0]:s], text[s:e], parts[-1], al.text) if touch
+                      else text[cursor:s], al.text]
             cursor = e
         out.append("".join(parts) + text[cursor:])
     return out

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seq2seq.documents.align import Aligned, project_point, project_range
+from seq2seq.text.segment import spacer
 
 Splitter = Callable[[str], list[tuple[int, int]]]  # text -> sentence character spans
 
@@ -56,19 +57,22 @@ def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
 
 
 def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) -> list[list[int]]:
-    """Translation units: the sentences (every non-blank character in one), joined where an
-    element starts or ends inside one sentence and reaches into another."""
-    starts = sorted(s for s, e in spans if text[s:e].strip())
-    bounds = [0, *starts[1:], len(text)]
-    out = [list(_trim(text, lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+    """Translation units: the sentences (what is between them, the segmenter's gaps, is kept
+    as it is: spaces, list markers, symbols), joined where an element starts or ends inside
+    one sentence and reaches out of it (into another, or into a gap: then the unit takes in
+    the element's whole text, so that its tags still nest)."""
+    out = [list(_trim(text, s, e)) for s, e in sorted(spans)]
     out = [u for u in out if u[0] < u[1]]
     todo = sorted(ranges)
     while True:
         ends, begins = [u[1] for u in out], [u[0] for u in out]
         for a, b in todo:
             first, last = bisect_right(ends, a), bisect_left(begins, b) - 1
-            if last > first and not (a <= out[first][0] and b >= out[last][1]):
-                out[first:last + 1] = [[out[first][0], out[last][1]]]
+            if last < first or (a <= out[first][0] and b >= out[last][1]):
+                continue  # no unit inside, or around whole units: kept where it is
+            joined = [min(a, out[first][0]), max(b, out[last][1])]
+            if last > first or joined != out[first]:
+                out[first:last + 1] = [joined]
                 break
         else:
             return out
@@ -137,8 +141,16 @@ class Run:
                 out.append(it.raw if whole else html.escape(self.text[chunk[0]:chunk[1]], quote=False))
             elif unit not in done:
                 done.add(unit)
-                out.append(self._render_unit(unit, translations[unit]))
+                out += [self._render_unit(unit, translations[unit]), self._space(unit, translations)]
         return "".join(out)
+
+    def _space(self, unit: int, translations: list[Aligned]) -> str:
+        """After a unit that its next one touches (no gap): ``segment.spacer``'s space."""
+        if unit + 1 == len(self.units) or self.units[unit][1] != self.units[unit + 1][0]:
+            return ""
+        (a, b), (_, c) = self.units[unit], self.units[unit + 1]
+        return spacer(self.text[a:b], self.text[b:c], translations[unit].text,
+                      translations[unit + 1].text)
 
     def _glue(self, x: int) -> str:
         """How a point at ``x`` sits between words: ``Hund<br> Katze`` is "left", ``Run

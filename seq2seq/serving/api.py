@@ -146,8 +146,9 @@ def translate_texts(served: ServedModel, decoding: DecodingConfig, direction: di
 
 def result_json(r: TranslationResult) -> dict:
     """The fields of ``seq2seq-translate --output-format jsonl``, plus the total log-prob;
-    ``flags``: "skipped" (far fewer words than the source), "truncated" (a cut source),
-    "unsure" (confidence below the model's calibrated threshold: ``/models``' ``unsure_below``)."""
+    ``flags``: "skipped" (far fewer words than the source), "numbers" (a number of the
+    source missing), "truncated" (a cut source), "cut" (a clause cut at words), "unsure"
+    (confidence below the model's calibrated threshold: ``/models``' ``unsure_below``)."""
     return {"src": r.src, "hyp": r.hyp, "score": r.score, "log_prob": r.log_prob,
             "confidence": r.confidence, "flags": r.flags,
             "nbest": [{"hyp": h, "score": s} for h, s in r.nbest]}
