@@ -11,6 +11,7 @@ different lengths (or empty ones) with a one-line ``ValueError`` naming both cou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -24,7 +25,12 @@ class Score:
     signature: str  # sacreBLEU's, e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 
 
-def _check(hyps: list[str], refs: list[str]) -> None:
+# The reported metrics, by the names the results use: sacreBLEU's defaults (cased, detokenized
+# BLEU with 13a; chrF2), the settings of ``bleu``/``chrf`` and of the paired tests.
+REPORTED: dict[str, Callable[[], Metric]] = {"BLEU": BLEU, "chrF": CHRF}
+
+
+def check_lines(hyps: list[str], refs: list[str]) -> None:
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: line counts must match")
     if not hyps:
@@ -32,14 +38,14 @@ def _check(hyps: list[str], refs: list[str]) -> None:
 
 
 def _score(name: str, metric: Metric, hyps: list[str], refs: list[str]) -> Score:
-    _check(hyps, refs)
+    check_lines(hyps, refs)
     value = metric.corpus_score(list(hyps), [list(refs)]).score
     # The signature is only complete (nrefs) once the metric has scored something.
     return Score(name, value, str(metric.get_signature()))
 
 
 def bleu(hyps: list[str], refs: list[str]) -> Score:
-    return _score("BLEU", BLEU(), hyps, refs)
+    return _score("BLEU", REPORTED["BLEU"](), hyps, refs)
 
 
 def lc_tok_bleu(hyps: list[str], refs: list[str]) -> Score:
@@ -47,7 +53,7 @@ def lc_tok_bleu(hyps: list[str], refs: list[str]) -> Score:
 
 
 def chrf(hyps: list[str], refs: list[str]) -> Score:
-    return _score("chrF", CHRF(), hyps, refs)
+    return _score("chrF", REPORTED["chrF"](), hyps, refs)
 
 
 def all_scores(hyps: list[str], refs: list[str]) -> dict[str, Score]:

@@ -280,6 +280,23 @@ def test_shipped_configs_keep_checkpoints_in_runs_name_checkpoints(configs, root
     assert checkpoint_dirpath(build_cli(args, run=False)) == tmp_path / root / "checkpoints"
 
 
+def test_shipped_recipes_are_bounded_by_updates():
+    """A recipe (a config with trainer, model and data) stops after a fixed number of updates,
+    so it trains the same model on every CPU; only a study, named as one, stops by wall time
+    (max_steps -1, Lightning's default when it is missing)."""
+    import yaml
+
+    configs = sorted((ROOT / "configs").rglob("*.yaml"))
+    by_time = []
+    for path in configs:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        trainer = config.get("trainer") or {}
+        recipe = {"trainer", "model", "data"} <= set(config)
+        if trainer.get("max_steps", -1 if recipe else None) == -1 and "study" not in path.stem:
+            by_time.append(str(path.relative_to(ROOT)))
+    assert len(configs) > 10 and not by_time, f"bounded only by wall time: {by_time}"
+
+
 @pytest.mark.parametrize("dirpath_given", [False, True], ids=["root-dir-only", "dirpath-wins"])
 def test_cli_checkpoints_follow_default_root_dir(small_corpus, tmp_path, monkeypatch, dirpath_given):
     """``--trainer.default_root_dir X`` alone puts checkpoints in X/checkpoints (not in the

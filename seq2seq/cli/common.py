@@ -67,8 +67,9 @@ class _OldModelOption(argparse.Action):
                   f"the next release: use -m/--model for the checkpoint ({option_string} is the "
                   "config file in seq2seq-train)", file=sys.stderr)
             self.noticed = True
-        if self.append:
-            values = [*(getattr(namespace, self.dest) or []), values]
+        if self.append:  # with nargs, the values of every flag in one list
+            values = [*(getattr(namespace, self.dest) or []),
+                      *(values if isinstance(values, list) else [values])]
         setattr(namespace, self.dest, values)
 
 
@@ -76,14 +77,15 @@ def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
                        append: bool = False, metavar: str = "CKPT",
                        help: str = "the trained model: a checkpoint file (.ckpt)") -> None:
     """Required ``-m/--model`` (dest ``checkpoint``), plus the deprecated ``-c/--checkpoint``.
-    ``nargs="+"``: several checkpoints after one flag; ``append``: one per repeated flag."""
+    ``nargs="+"``: several checkpoints after one flag; ``append``: one per repeated flag
+    (both: ``-m A B -m C`` is A, B, C)."""
     from seq2seq.shipped import shipped_models
 
     if names := shipped_models():
         help += f", or a shipped model's name ({', '.join(names)}), from any folder"
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("-m", "--model", dest="checkpoint", nargs=nargs, metavar=metavar,
-                       action="append" if append else "store", help=help)
+                       action=("extend" if nargs else "append") if append else "store", help=help)
     group.add_argument(*MODEL_ALIASES, dest="checkpoint", nargs=nargs, metavar=metavar,
                        action=_OldModelOption, append=append, help=argparse.SUPPRESS)
 

@@ -2,6 +2,8 @@
 
     seq2seq-evaluate -m run.ckpt --split test_2016_flickr --beam 5 --json results/run.json
     seq2seq-evaluate -m a.ckpt b.ckpt --src-file src.de --ref-file ref.en
+    seq2seq-evaluate -m base.ckpt -m new.ckpt --baseline base.ckpt --split test_2016_flickr
+    seq2seq-evaluate -m a.ckpt -m b.ckpt --ensemble --split val
     seq2seq-evaluate -m run.ckpt --source-lang de --target-lang en --split val --limit 100
     seq2seq-evaluate -m multi.ckpt --all-directions --split val --limit 100
 
@@ -20,10 +22,16 @@ Scores (sacreBLEU, one reference): BLEU and chrF on cased, detokenized text, the
 to report, with their signatures; and lc-tok BLEU (lowercased, 13a-tokenized), labelled as
 such, only for comparison with papers that score that way (the Multi30k tradition).
 
-Output: one table row per checkpoint on stdout; the hypotheses of every checkpoint in a
-file (one line per source line) under --hyp-dir; with --json FILE, everything as JSON (a
-list, one record per checkpoint). A progress bar on stderr when it is a terminal.
-Errors (bad files, unknown test set, wrong language pair): one line, exit status 2.
+Systems: each -m model (-m A B, or -m A -m B), or with --ensemble all of them as one.
+--baseline (one of them) compares every other system with it on the same sentences by
+sacreBLEU's paired bootstrap resampling and approximate randomization tests: BLEU and chrF,
+each with its 95% confidence interval and the p-value of its difference from the baseline.
+
+Output: one table row per system on stdout, and with --baseline the paired tests' table;
+the hypotheses of every system in a file (one line per source line) under --hyp-dir; with
+--json FILE, everything as JSON (a list, one record per system and test set). A progress
+bar on stderr when it is a terminal. Errors (bad files, unknown test set, wrong language
+pair, a --baseline that is not one of the -m models): one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -48,6 +56,14 @@ from seq2seq.cli.common import (
     note_compute_type,
     run_command,
 )
+from seq2seq.cli.evaluate_compare import (
+    add_compare_args,
+    baseline_of,
+    check_comparable,
+    compare,
+    systems_of,
+)
+from seq2seq.cli.evaluate_report import LC_TOK_NOTE, print_comparison, print_table
 from seq2seq.cli.evaluate_sets import TestSet, model_pairs, test_sets_of
 from seq2seq.cli.translate import (
     _one_line,
@@ -66,13 +82,14 @@ MULTI30K_LANGS = ("en", "de", "fr", "cs")
 EVAL_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "val")
 DEFAULT_SPLIT = "test_2016_flickr"
 DEFAULT_HYP_DIR = "hyps"
-LC_TOK_NOTE = "lowercased, 13a-tokenized BLEU: only for comparison with papers that score that way"
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_argument(ap, nargs="+", help="one or more checkpoints (several: one comparison table)")
+    add_model_argument(ap, nargs="+", append=True,
+                       help="one or more checkpoints (-m A B, or -m A -m B; several: one "
+                            "comparison table, or with --ensemble one system)")
     g = ap.add_argument_group("test set")
     g.add_argument("--test-set", metavar="NAME",
                    help=f"named test set, one of {list(TEST_SETS)} (default: multi30k)")
@@ -101,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "it, and for any other file of that name, they are refused before any "
                         "decoding")
     o.add_argument("--quiet", action="store_true", help="no progress bar or progress lines on stderr")
+    add_compare_args(ap, _positive_int)
     add_decoding_args(ap)
     return ap
 
@@ -155,9 +173,10 @@ def file_names(paths: list[str]) -> list[str]:
 
 # ------------------------------------------------------------ decoding and scoring
 def evaluate_checkpoint(translator, path: str, test: TestSet, hyp_file: Path, args,
-                        pair: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
-    """Translate ``test`` with ``translator`` (of ``path``) in direction ``pair``, write
-    the hypotheses, score them."""
+                        pair: tuple[str | None, str | None] = (None, None)
+                        ) -> tuple[dict[str, Any], list[str]]:
+    """Translate ``test`` with ``translator`` (of ``path``: a checkpoint, or an ensemble's
+    "a + b") in direction ``pair``, write the hypotheses, score them: (record, hypotheses)."""
     from seq2seq.metrics import all_scores
 
     decoding = translator.decoding
@@ -183,30 +202,7 @@ def evaluate_checkpoint(translator, path: str, test: TestSet, hyp_file: Path, ar
     for name, s in scores.items():
         record[name] = {"score": round(s.score, 2), "signature": s.signature}
     record["BLEU-lc-tok"]["note"] = LC_TOK_NOTE
-    return record
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else "..." + text[-(width - 3):]
-
-
-def print_table(results: list[dict[str, Any]], out=None) -> None:
-    out = out or sys.stdout
-    rows = [(_cut(r["checkpoint"], 48), _cut(r["test_set"], 48), str(r["sentences"]),
-             f"{r['BLEU']['score']:.2f}", f"{r['chrF']['score']:.2f}",
-             f"{r['BLEU-lc-tok']['score']:.2f}") for r in results]
-    head = ("checkpoint", "test set", "sents", "BLEU", "chrF", "lc-tok BLEU*")
-    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
-    for row in (head, *rows):
-        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        print("  ".join(cells).rstrip(), file=out)
-    first = results[0]
-    print(f"BLEU signature:         {first['BLEU']['signature']}  (cased, detokenized: report this)", file=out)
-    print(f"chrF signature:         {first['chrF']['signature']}", file=out)
-    print(f"lc-tok BLEU* signature: {first['BLEU-lc-tok']['signature']}", file=out)
-    print(f"* {LC_TOK_NOTE}", file=out)
-    for r in results:
-        print(f"hypotheses: {r['hypotheses']}", file=out)
+    return record, hyps
 
 
 def check_outputs(args, plan: list[tuple[str, TestSet, Path]], hyp_dir: Path) -> None:
@@ -275,48 +271,69 @@ def search_name(decoding: DecodingConfig) -> str:
     return f"{name}.shortlist" if decoding.shortlist else name
 
 
+def make_plan(args, systems: list[tuple[str, ...]], decoding: DecodingConfig, hyp_dir: Path):
+    """``(plan, untested)``: (system, test set, hypothesis file, direction) of each evaluation,
+    and the directions of each system that the named test set has no files for."""
+    plan, pairs, untested = [], {}, {}
+    for system, paths in enumerate(systems):  # an ensemble's members: each checked
+        pairs[system] = [model_pairs(p, load_checkpoint(p)["seq2seq"], args) for p in paths][0]
+    test_sets, missing = test_sets_of(args, dict.fromkeys(p for ps in pairs.values() for p in ps))
+    names = file_names(args.checkpoint)
+    if args.ensemble:  # one file name of its members' names: a.ckpt + b.ckpt -> a+b
+        names = ["+".join(names)]
+    for system, name in enumerate(names):
+        untested[system] = [f"{a}-{b}" for a, b in pairs[system] if f"{a}-{b}" in missing]
+        for pair in (p for p in pairs[system] if p in test_sets):
+            test = test_sets[pair]
+            plan.append((system, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp", pair))
+    return plan, untested
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     check_args(args)
     decoding = decoding_from_args(args)
     check_device(args.device)
     # Everything that can be refused is refused before the first (long) decoding run.
-    plan, pairs, untested = [], {}, {}
+    systems = systems_of(args)
+    baseline = baseline_of(args, systems)
+    labels = [" + ".join(map(str, paths)) for paths in systems]  # an ensemble: its members
     hyp_dir = Path(args.hyp_dir or (Path(args.json).parent if args.json else DEFAULT_HYP_DIR))
-    for path in args.checkpoint:
-        pairs[path] = model_pairs(path, load_checkpoint(path)["seq2seq"], args)
-    test_sets, missing = test_sets_of(args, dict.fromkeys(p for ps in pairs.values() for p in ps))
-    for path, name in zip(args.checkpoint, file_names(args.checkpoint)):
-        untested[path] = [f"{a}-{b}" for a, b in pairs[path] if f"{a}-{b}" in missing]
-        for pair in (p for p in pairs[path] if p in test_sets):
-            test = test_sets[pair]
-            plan.append((path, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp", pair))
+    plan, untested = make_plan(args, systems, decoding, hyp_dir)
+    if baseline is not None:
+        check_comparable(plan, baseline, labels, args)
     check_outputs(args, [p[:3] for p in plan], hyp_dir)
     for note in ignored_options(args, decoding):
         print(f"{PROG}: warning: {note}", file=sys.stderr)
 
     from seq2seq.decoding.translator import Translator
 
-    results, translators = [], {}
-    for i, (path, test, hyp_file, pair) in enumerate(plan, 1):
+    runs, translators = [], {}
+    for i, (system, test, hyp_file, pair) in enumerate(plan, 1):
         if not args.quiet:
-            print(f"[{i}/{len(plan)}] {path}: {test.label}, {len(test.src)} sentences",
+            print(f"[{i}/{len(plan)}] {labels[system]}: {test.label}, {len(test.src)} sentences",
                   file=sys.stderr, flush=True)
-        if path not in translators:  # once per model, whatever the number of directions
-            translators[path] = Translator.from_checkpoint(path, decoding=decoding, device=args.device)
-            note_compute_type(PROG, args.compute_type, translators[path].compute_type)
-        r = evaluate_checkpoint(translators[path], path, test, hyp_file, args, pair)
-        r["compute_type"] = translators[path].compute_type
-        r["shortlist"] = translators[path].shortlist
+        if system not in translators:  # once per system, whatever the number of directions
+            translators[system] = Translator.from_checkpoints(systems[system], decoding, args.device)
+            note_compute_type(PROG, args.compute_type, translators[system].compute_type)
+        r, hyps = evaluate_checkpoint(translators[system], labels[system], test, hyp_file, args, pair)
+        if len(systems[system]) > 1:
+            r["ensemble"] = list(map(str, systems[system]))
+        r["compute_type"] = translators[system].compute_type
+        r["shortlist"] = translators[system].shortlist
         if args.all_directions:
-            r["directions_without_test_files"] = untested[path]
+            r["directions_without_test_files"] = untested[system]
         if not args.quiet:
             print(f"      BLEU {r['BLEU']['score']:.2f}, chrF {r['chrF']['score']:.2f} "
                   f"({r['translate_seconds']:.1f} s) -> {r['hypotheses']}", file=sys.stderr, flush=True)
-        results.append(r)
+        runs.append((system, test, hyps, r))
+    results = [r for *_, r in runs]
+    if baseline is not None:
+        compare(runs, baseline, args)
     print_table(results)
-    for path, names in untested.items():
+    for system, names in untested.items():
         if names:
-            print(f"no test files in {args.test_set}/{args.split} for {path}: {', '.join(names)}")
+            print(f"no test files in {args.test_set}/{args.split} for {labels[system]}: {', '.join(names)}")
+    print_comparison(results)
     if args.json:
         text = json.dumps(results, indent=1, ensure_ascii=False) + "\n"
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
