@@ -72,11 +72,12 @@ def wrap(text: str, lines: int) -> str:
     if lines <= 1 or len(words) <= 1:
         return text
     out, target = [], len(text) / lines
-    current = ""
+    current, done = "", 0  # done: the characters on finished lines (a sum kept, not redone)
     for w in words:
-        if current and len(current) + len(w) / 2 > target * (len(out) + 1) - sum(map(len, out)) \
+        if current and len(current) + len(w) / 2 > target * (len(out) + 1) - done \
                 and len(out) < lines - 1:
             out.append(current)
+            done += len(current)
             current = w
         else:
             current = f"{current} {w}" if current else w
@@ -84,7 +85,25 @@ def wrap(text: str, lines: int) -> str:
 
 
 # A subtitle in italics (or bold, underlined, coloured) as a whole: its tags stay around it.
-WRAPPING_TAGS = re.compile(r"^((?:<[ibu]>|<font[^>]*>)+)(.*?)((?:</[ibu]>|</font>)+)$", re.S | re.I)
+# Peeled from each end by loops (a regex with a lazy middle backtracks quadratically on
+# ``<i></i></i>...x``).
+_OPENING = re.compile(r"<[ibu]>|<font[^>]*>", re.I)
+_CLOSING = ("</i>", "</b>", "</u>", "</font>")
+
+
+def wrapping_tags(content: str) -> tuple[str, str, str] | None:
+    """``(opening tags, inner text, closing tags)`` of a subtitle wrapped whole in tags, or
+    None; the opening tags are all that start it, the closing ones all that end the rest."""
+    lo = 0
+    while m := _OPENING.match(content, lo):
+        lo = m.end()
+    hi = len(content)
+    while tag := next((t for t in _CLOSING
+                       if hi - len(t) >= lo and content[hi - len(t):hi].lower() == t), None):
+        hi -= len(tag)
+    if lo == 0 or hi == len(content):
+        return None
+    return content[:lo], content[lo:hi], content[hi:]
 
 
 def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
@@ -97,12 +116,12 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
         raise DocumentError(f"{name}: not a SubRip (.srt) file: {str(e).splitlines()[0]}") from None
     if text.strip() and not subs:
         raise DocumentError(f"{name}: not a SubRip (.srt) file: no subtitle found")
-    wrapped = [WRAPPING_TAGS.match(s.content) for s in subs]
-    inner = [m.group(2) if m else s.content for m, s in zip(wrapped, subs)]
+    wrapped = [wrapping_tags(s.content) for s in subs]
+    inner = [m[1] if m else s.content for m, s in zip(wrapped, subs)]
     joined = [" ".join(line.strip() for line in text.split("\n")) for text in inner]
     for sub, m, done in zip(subs, wrapped, translate_texts(joined, translate, split)):
         text = wrap(done, sub.content.count("\n") + 1)
-        sub.content = m.group(1) + text + m.group(3) if m else text
+        sub.content = m[0] + text + m[2] if m else text
     return srt.compose(subs, reindex=False).encode()
 
 

@@ -98,12 +98,15 @@ def parse(source: str) -> list[Item]:
 
 
 def _fold_unclosed_comment(items: list[Item]) -> list[Item]:
-    """An ``<!--`` never closed runs to the end of the page: one item, never text."""
+    """An ``<!--`` never closed runs to the end of the page: one item, never text. Only
+    one after the page's last ``-->`` can be unclosed: found in one pass, not a join of the
+    rest of the page per tag (quadratic)."""
+    page = "".join(it.raw for it in items)
+    last, at = page.rfind("-->"), 0
     for k, it in enumerate(items):
-        if it.kind in ("text", "point") and it.raw.startswith("<"):
-            tail = "".join(x.raw for x in items[k:])
-            if tail.startswith("<!--") and "-->" not in tail:
-                return [*items[:k], Item("point", tail)]
+        if it.kind in ("text", "point") and last < at and page.startswith("<!--", at):
+            return [*items[:k], Item("point", page[at:])]
+        at += len(it.raw)
     return items
 
 
