@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra")
 pytest.importorskip("docx", reason="needs the documents extra")
 from fastapi.testclient import TestClient  # noqa: E402
+from test_documents_hostile import BROKEN_DOCX  # noqa: E402
 
 from seq2seq.config import ServeConfig  # noqa: E402
 from seq2seq.serving import files  # noqa: E402
@@ -64,6 +65,9 @@ def test_subtitles_keep_their_timing_and_auto_detects_the_source(client):
     ("a.txt", b"Hund", {"target": "xx"}, None),
     ("a.docx", b"not a zip", {}, "Invalid request: a.docx: not a .docx file (not a zip archive)"),
     ("a.txt", "Hund\xe4".encode("latin-1"), {}, "Invalid request: a.txt: not UTF-8 text (byte 4: 0xe4)"),
+    ("a.docx", BROKEN_DOCX["not well-formed"][0](), {}, "Invalid request: a.docx: not a Word (.docx) "
+     "document (word/document.xml is not well-formed XML: Namespace prefix w on document is not "
+     "defined, line 1, column 12)"),
 ])
 def test_bad_uploads_get_libretranslates_400(client, name, data, fields, error):
     got = upload(client, name, data, **fields)

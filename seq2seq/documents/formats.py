@@ -18,6 +18,8 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
+from contextlib import contextmanager
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
@@ -208,32 +210,74 @@ def split_runs(texts: list[str], plan, done: list[Aligned]) -> list[str]:
     return out
 
 
-def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
-    import docx
+# What python-docx raises on a package it cannot read (a part missing, a relationship to
+# nowhere, an element where another belongs), as it reads or as the document is walked.
+_UNREADABLE = (KeyError, ValueError, AttributeError, IndexError, TypeError, SyntaxError,
+               zipfile.BadZipFile)  # lxml's XMLSyntaxError is a SyntaxError
+
+
+@contextmanager
+def _refused_as_docx(name: str):
     from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        yield
+    except (PackageNotFoundError, *_UNREADABLE) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, (AttributeError, TypeError, IndexError)):  # about Python objects
+            reason = "its parts are not laid out as Word writes them"
+        kind = re.search(r"content type is '([^']*)'", reason)
+        if kind:  # python-docx names the file by its Python object: say what it holds instead
+            reason = f"its main part is {kind.group(1)}"
+        raise DocumentError(f"{name}: not a Word (.docx) document ({reason})") from None
+
+
+def _check_package(data: bytes, name: str) -> None:
+    """A zip of at most ``MAX_UNPACKED`` bytes whose XML parts parse and declare no DTD
+    (Word writes none; a DTD's entities are how billion laughs and external files get in,
+    and python-docx leaves them unexpanded, dropping the text after them)."""
+    from lxml import etree
 
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise DocumentError(f"{name}: not a .docx file (not a zip archive)")
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
     with zipfile.ZipFile(io.BytesIO(data)) as z:  # a small zip may unpack to gigabytes
         unpacked = sum(i.file_size for i in z.infolist())
-    if unpacked > MAX_UNPACKED:
-        raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to at "
-                            f"most {MAX_UNPACKED}")
-    try:
+        if unpacked > MAX_UNPACKED:
+            raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to "
+                                f"at most {MAX_UNPACKED}")
+        for part in z.namelist():
+            if not part.lower().endswith((".xml", ".rels")):
+                continue
+            try:
+                tree = etree.fromstring(z.read(part), parser).getroottree()
+            except etree.XMLSyntaxError as e:
+                why = re.sub(r" \(<string>, line \d+\)$", "", str(e))  # lxml's, about no file
+                raise DocumentError(f"{name}: not a Word (.docx) document ({part} is not "
+                                    f"well-formed XML: {why})") from None
+            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error) as e:
+                raise DocumentError(f"{name}: not a .docx file ({part}: {e})") from None
+            if tree.docinfo.internalDTD is not None or tree.docinfo.doctype:
+                raise DocumentError(f"{name}: not a Word (.docx) document ({part} declares a "
+                                    "DTD (<!DOCTYPE ...>), which Word documents never have)")
+
+
+def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
+    import docx
+
+    _check_package(data, name)
+    with _refused_as_docx(name):
         doc = docx.Document(io.BytesIO(data))
-    except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise DocumentError(f"{name}: not a Word (.docx) document ({e})") from None
-    paragraphs = [(p, _runs(p)) for p in _paragraphs(doc)]
-    texts = ["".join(r.text for r in runs) for _, runs in paragraphs]
+        paragraphs = [(p, _runs(p)) for p in _paragraphs(doc)]
+        texts = ["".join(r.text for r in runs) for _, runs in paragraphs]
     plans = plan_texts(texts, split)
-    for (_, runs), plan, done in zip(paragraphs, plans, _translate_units(texts, plans, translate)):
-        if plan:
-            for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
-                if run.text != new:
-                    run.text = new
-    out = io.BytesIO()
-    doc.save(out)
+    translated = _translate_units(texts, plans, translate)
+    with _refused_as_docx(name):
+        for (_, runs), plan, done in zip(paragraphs, plans, translated):
+            if plan:
+                for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
+                    if run.text != new:
+                        run.text = new
+        out = io.BytesIO()
+        doc.save(out)
     return out.getvalue()
-
-
-

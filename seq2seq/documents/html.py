@@ -73,6 +73,17 @@ class _Events(HTMLParser):
 
     handle_decl = handle_pi = unknown_decl = handle_comment
 
+    def parse_marked_section(self, i, report=1):
+        """``<![`` not followed by what ``_markupbase`` expects (``<![ x``) makes it raise
+        AssertionError (after moving the position on); HTML reads it as a bogus comment up
+        to the next ``>``."""
+        at = self.lineno, self.offset
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            self.lineno, self.offset = at
+            return self.parse_bogus_comment(i, report)
+
 
 def parse(source: str) -> list[Item]:
     """The page as items covering it byte for byte, opaque elements folded into one."""
