@@ -53,6 +53,14 @@ def test_a_document_comes_back_translated_by_url(client):
     assert text.replace("<b>", "").replace("</b>", "") == f"<p>{plain}</p>"
 
 
+
+@pytest.mark.parametrize("source", ["de", "auto"])
+def test_a_page_comes_back_labelled_in_the_target_language(client, source):
+    page = '<html lang="de"><body><p>Ein Hund läuft durch den Schnee.</p></body></html>'
+    got = upload(client, "seite.html", page.encode(), source=source)
+    assert got.status_code == 200, got.text
+    assert client.get(got.json()["translatedFileUrl"]).text.startswith('<html lang="en"><body><p>')
+
 def test_subtitles_keep_their_timing_and_auto_detects_the_source(client):
     subs = b"1\n00:00:01,000 --> 00:00:02,000\nEin Hund.\n\n2\n00:00:03,000 --> 00:00:04,500\nEine Katze.\n"
     got = upload(client, "film.srt", subs, source="auto")

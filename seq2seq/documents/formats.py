@@ -10,7 +10,8 @@ Each format gathers every sentence of the document first and makes one ``transla
   tags around a whole subtitle (``<i>...</i>``) stay around it.
 - ``.docx`` (``python-docx``): every paragraph of the body, of tables (nested too), headers
   and footers; a paragraph's runs (bold, italic, a hyperlink's runs, ...) are carried to
-  the target words by the alignment, like inline tags; styles and everything else kept.
+  the target words by the alignment, like inline tags; styles and everything else kept but
+  the language metadata, which says the target language when that is known.
 """
 
 from __future__ import annotations
@@ -262,7 +263,22 @@ def _check_package(data: bytes, name: str) -> None:
                                     "DTD (<!DOCTYPE ...>), which Word documents never have)")
 
 
-def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
+def _label_language(doc, target_lang: str) -> None:
+    """The document's language (core properties' ``dc:language``) set to ``target_lang``;
+    a package without core properties is left without (python-docx would invent a title)."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+
+    try:
+        doc.part.package.part_related_by(RELATIONSHIP_TYPE.CORE_PROPERTIES)
+    except KeyError:
+        return
+    doc.core_properties.language = target_lang
+
+
+def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
+                   target_lang: str | None = None) -> bytes:
+    """The Word document translated, run by run; its language metadata ``target_lang``
+    when that is given."""
     import docx
 
     _check_package(data, name)
@@ -278,6 +294,8 @@ def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split:
                 for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
                     if run.text != new:
                         run.text = new
+        if target_lang:
+            _label_language(doc, target_lang)
         out = io.BytesIO()
         doc.save(out)
     return out.getvalue()

@@ -34,6 +34,7 @@ from seq2seq.documents import (
     suffix,
     translate_document,
 )
+from seq2seq.documents.inline import sentence_splitter
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import run_aligned
 
@@ -167,8 +168,9 @@ class FileRoutes:
             if source == target or not asked:
                 return data
             done = await self._run(asked, source, target)
-            return await asyncio.to_thread(translate_document, data, filename,
-                                           lambda _: done, lang)
+            return await asyncio.to_thread(  # cut as before, labelled from the source found
+                translate_document, data, filename, lambda _: done, source,
+                sentence_splitter(lang), target)
         except DocumentError as e:
             raise bad(str(e)) from None
 
