@@ -337,7 +337,7 @@ def _translate_document(args, decoding: DecodingConfig) -> None:
     target = args.target_lang or translator.pair[1]
     out = documents.plan_output(args.input, args.output, target, args.force)
     documents.translate_file(args.input, out, documents.sentence_translator(translator, **direction),
-                             args.source_lang or translator.pair[0])
+                             args.source_lang or translator.pair[0], target)
     print(f"{PROG}: wrote {out}", file=sys.stderr)
 
 

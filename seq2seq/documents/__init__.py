@@ -31,8 +31,9 @@ def suffix(filename: str) -> str:
     return os.path.splitext(filename)[1].lower()
 
 
-def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
-    return translate_html(decode_text(data, name), translate, split).encode()
+def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
+          lang: str | None = None, target_lang: str | None = None) -> bytes:
+    return translate_html(decode_text(data, name), translate, split, lang, target_lang).encode()
 
 
 FORMATS = {".txt": translate_txt, ".html": _html, ".htm": _html, ".docx": translate_docx,
@@ -57,12 +58,18 @@ def check_format(filename: str) -> str:
 
 
 def translate_document(data: bytes, filename: str, translate: SentenceTranslator,
-                       lang: str | None = None, split: Splitter | None = None) -> bytes:
+                       lang: str | None = None, split: Splitter | None = None,
+                       target_lang: str | None = None) -> bytes:
     """``data``, a document named ``filename`` (its extension says its format), translated
-    by ``translate``; sentences cut by ``split`` (default: the segmenter in ``lang``)."""
+    by ``translate`` from ``lang``; sentences cut by ``split`` (default: the segmenter in
+    ``lang``). With ``target_lang``, what says the document's language says it (HTML's
+    ``lang`` attributes in ``lang``, or in any language if None; a .docx's metadata); plain
+    text and subtitles say none."""
     kind = check_format(filename)
-    return FORMATS[kind](data, os.path.basename(filename), translate,
-                         split or sentence_splitter(lang))
+    args = (data, os.path.basename(filename), translate, split or sentence_splitter(lang))
+    if kind in (".html", ".htm"):
+        return _html(*args, lang, target_lang)
+    return FORMATS[kind](*args, target_lang) if kind == ".docx" else FORMATS[kind](*args)
 
 
 def output_path(path: str | os.PathLike, target: str | None) -> Path:
@@ -101,11 +108,12 @@ def plan_output(path: str, output: str | None, target: str | None, force: bool) 
     return out
 
 
-def translate_file(path: str, out: Path, translate: SentenceTranslator, lang: str | None) -> None:
-    """The document at ``path`` translated into ``out`` (written whole, then renamed: an
-    interrupted run leaves no half file)."""
+def translate_file(path: str, out: Path, translate: SentenceTranslator, lang: str | None,
+                   target_lang: str | None = None) -> None:
+    """The document at ``path`` translated from ``lang`` into ``out`` (written whole, then
+    renamed: an interrupted run leaves no half file), labelled ``target_lang``."""
     from seq2seq.files import write_atomic
 
     data = Path(path).read_bytes()
-    done = translate_document(data, path, translate, lang)
+    done = translate_document(data, path, translate, lang, target_lang=target_lang)
     write_atomic(out, lambda f: f.write(done))

@@ -10,7 +10,8 @@ Each format gathers every sentence of the document first and makes one ``transla
   tags around a whole subtitle (``<i>...</i>``) stay around it.
 - ``.docx`` (``python-docx``): every paragraph of the body, of tables (nested too), headers
   and footers; a paragraph's runs (bold, italic, a hyperlink's runs, ...) are carried to
-  the target words by the alignment, like inline tags; styles and everything else kept.
+  the target words by the alignment, like inline tags; styles and everything else kept but
+  the language metadata, which says the target language when that is known.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
+from contextlib import contextmanager
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
@@ -75,11 +78,12 @@ def wrap(text: str, lines: int) -> str:
     if lines <= 1 or len(words) <= 1:
         return text
     out, target = [], len(text) / lines
-    current = ""
+    current, done = "", 0  # done: the characters on finished lines (a sum kept, not redone)
     for w in words:
-        if current and len(current) + len(w) / 2 > target * (len(out) + 1) - sum(map(len, out)) \
+        if current and len(current) + len(w) / 2 > target * (len(out) + 1) - done \
                 and len(out) < lines - 1:
             out.append(current)
+            done += len(current)
             current = w
         else:
             current = f"{current} {w}" if current else w
@@ -87,7 +91,25 @@ def wrap(text: str, lines: int) -> str:
 
 
 # A subtitle in italics (or bold, underlined, coloured) as a whole: its tags stay around it.
-WRAPPING_TAGS = re.compile(r"^((?:<[ibu]>|<font[^>]*>)+)(.*?)((?:</[ibu]>|</font>)+)$", re.S | re.I)
+# Peeled from each end by loops (a regex with a lazy middle backtracks quadratically on
+# ``<i></i></i>...x``).
+_OPENING = re.compile(r"<[ibu]>|<font[^>]*>", re.I)
+_CLOSING = ("</i>", "</b>", "</u>", "</font>")
+
+
+def wrapping_tags(content: str) -> tuple[str, str, str] | None:
+    """``(opening tags, inner text, closing tags)`` of a subtitle wrapped whole in tags, or
+    None; the opening tags are all that start it, the closing ones all that end the rest."""
+    lo = 0
+    while m := _OPENING.match(content, lo):
+        lo = m.end()
+    hi = len(content)
+    while tag := next((t for t in _CLOSING
+                       if hi - len(t) >= lo and content[hi - len(t):hi].lower() == t), None):
+        hi -= len(tag)
+    if lo == 0 or hi == len(content):
+        return None
+    return content[:lo], content[lo:hi], content[hi:]
 
 
 def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
@@ -100,12 +122,12 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
         raise DocumentError(f"{name}: not a SubRip (.srt) file: {str(e).splitlines()[0]}") from None
     if text.strip() and not subs:
         raise DocumentError(f"{name}: not a SubRip (.srt) file: no subtitle found")
-    wrapped = [WRAPPING_TAGS.match(s.content) for s in subs]
-    inner = [m.group(2) if m else s.content for m, s in zip(wrapped, subs)]
+    wrapped = [wrapping_tags(s.content) for s in subs]
+    inner = [m[1] if m else s.content for m, s in zip(wrapped, subs)]
     joined = [" ".join(line.strip() for line in text.split("\n")) for text in inner]
     for sub, m, done in zip(subs, wrapped, translate_texts(joined, translate, split)):
         text = wrap(done, sub.content.count("\n") + 1)
-        sub.content = m.group(1) + text + m.group(3) if m else text
+        sub.content = m[0] + text + m[2] if m else text
     return srt.compose(subs, reindex=False).encode()
 
 
@@ -192,32 +214,91 @@ def split_runs(texts: list[str], plan, done: list[Aligned]) -> list[str]:
     return out
 
 
-def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
-    import docx
+# What python-docx raises on a package it cannot read (a part missing, a relationship to
+# nowhere, an element where another belongs), as it reads or as the document is walked.
+_UNREADABLE = (KeyError, ValueError, AttributeError, IndexError, TypeError, SyntaxError,
+               zipfile.BadZipFile)  # lxml's XMLSyntaxError is a SyntaxError
+
+
+@contextmanager
+def _refused_as_docx(name: str):
     from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        yield
+    except (PackageNotFoundError, *_UNREADABLE) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, (AttributeError, TypeError, IndexError)):  # about Python objects
+            reason = "its parts are not laid out as Word writes them"
+        kind = re.search(r"content type is '([^']*)'", reason)
+        if kind:  # python-docx names the file by its Python object: say what it holds instead
+            reason = f"its main part is {kind.group(1)}"
+        raise DocumentError(f"{name}: not a Word (.docx) document ({reason})") from None
+
+
+def _check_package(data: bytes, name: str) -> None:
+    """A zip of at most ``MAX_UNPACKED`` bytes whose XML parts parse and declare no DTD
+    (Word writes none; a DTD's entities are how billion laughs and external files get in,
+    and python-docx leaves them unexpanded, dropping the text after them)."""
+    from lxml import etree
 
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise DocumentError(f"{name}: not a .docx file (not a zip archive)")
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
     with zipfile.ZipFile(io.BytesIO(data)) as z:  # a small zip may unpack to gigabytes
         unpacked = sum(i.file_size for i in z.infolist())
-    if unpacked > MAX_UNPACKED:
-        raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to at "
-                            f"most {MAX_UNPACKED}")
+        if unpacked > MAX_UNPACKED:
+            raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to "
+                                f"at most {MAX_UNPACKED}")
+        for part in z.namelist():
+            if not part.lower().endswith((".xml", ".rels")):
+                continue
+            try:
+                tree = etree.fromstring(z.read(part), parser).getroottree()
+            except etree.XMLSyntaxError as e:
+                why = re.sub(r" \(<string>, line \d+\)$", "", str(e))  # lxml's, about no file
+                raise DocumentError(f"{name}: not a Word (.docx) document ({part} is not "
+                                    f"well-formed XML: {why})") from None
+            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error) as e:
+                raise DocumentError(f"{name}: not a .docx file ({part}: {e})") from None
+            if tree.docinfo.internalDTD is not None or tree.docinfo.doctype:
+                raise DocumentError(f"{name}: not a Word (.docx) document ({part} declares a "
+                                    "DTD (<!DOCTYPE ...>), which Word documents never have)")
+
+
+def _label_language(doc, target_lang: str) -> None:
+    """The document's language (core properties' ``dc:language``) set to ``target_lang``;
+    a package without core properties is left without (python-docx would invent a title)."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+
     try:
+        doc.part.package.part_related_by(RELATIONSHIP_TYPE.CORE_PROPERTIES)
+    except KeyError:
+        return
+    doc.core_properties.language = target_lang
+
+
+def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
+                   target_lang: str | None = None) -> bytes:
+    """The Word document translated, run by run; its language metadata ``target_lang``
+    when that is given."""
+    import docx
+
+    _check_package(data, name)
+    with _refused_as_docx(name):
         doc = docx.Document(io.BytesIO(data))
-    except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise DocumentError(f"{name}: not a Word (.docx) document ({e})") from None
-    paragraphs = [(p, _runs(p)) for p in _paragraphs(doc)]
-    texts = ["".join(r.text for r in runs) for _, runs in paragraphs]
+        paragraphs = [(p, _runs(p)) for p in _paragraphs(doc)]
+        texts = ["".join(r.text for r in runs) for _, runs in paragraphs]
     plans = plan_texts(texts, split)
-    for (_, runs), plan, done in zip(paragraphs, plans, _translate_units(texts, plans, translate)):
-        if plan:
-            for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
-                if run.text != new:
-                    run.text = new
-    out = io.BytesIO()
-    doc.save(out)
+    translated = _translate_units(texts, plans, translate)
+    with _refused_as_docx(name):
+        for (_, runs), plan, done in zip(paragraphs, plans, translated):
+            if plan:
+                for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
+                    if run.text != new:
+                        run.text = new
+        if target_lang:
+            _label_language(doc, target_lang)
+        out = io.BytesIO()
+        doc.save(out)
     return out.getvalue()
-
-
-

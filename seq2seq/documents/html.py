@@ -11,7 +11,8 @@ their translations; one that crosses a sentence boundary mid-sentence joins thos
 sentences into one unit. Tags are emitted from their raw source bytes (attributes
 untouched), properly nested by construction; text is escaped once on output.
 
-Never translated, kept byte for byte: attributes, comments (an unclosed ``<!--`` too),
+Never translated, kept byte for byte: attributes (but ``lang``/``xml:lang`` in the source
+language, set to the target's when that is known), comments (an unclosed ``<!--`` too),
 declarations, ``<script>``, ``<style>``, ``<code>``, ``<pre>``, ``<kbd>``, ``<samp>``,
 ``<textarea>``, ``<svg>``, ``<math>``, ``<template>``, and any element with ``translate="no"`` or class ``notranslate`` (HTML's
 own opt-out). A lone ``<`` (``a < b``, ``<3``) is text.
@@ -19,6 +20,7 @@ own opt-out). A lone ``<`` (``a < b``, ``<3``) is text.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
@@ -39,6 +41,7 @@ class Item:
     raw: str
     tag: str = ""
     text: str = ""  # decoded text of a "text" item
+    folded: bool = False  # a never-translated element whole, not a lone tag
 
 
 class _Events(HTMLParser):
@@ -73,6 +76,17 @@ class _Events(HTMLParser):
 
     handle_decl = handle_pi = unknown_decl = handle_comment
 
+    def parse_marked_section(self, i, report=1):
+        """``<![`` not followed by what ``_markupbase`` expects (``<![ x``) makes it raise
+        AssertionError (after moving the position on); HTML reads it as a bogus comment up
+        to the next ``>``."""
+        at = self.lineno, self.offset
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            self.lineno, self.offset = at
+            return self.parse_bogus_comment(i, report)
+
 
 def parse(source: str) -> list[Item]:
     """The page as items covering it byte for byte, opaque elements folded into one."""
@@ -98,12 +112,15 @@ def parse(source: str) -> list[Item]:
 
 
 def _fold_unclosed_comment(items: list[Item]) -> list[Item]:
-    """An ``<!--`` never closed runs to the end of the page: one item, never text."""
+    """An ``<!--`` never closed runs to the end of the page: one item, never text. Only
+    one after the page's last ``-->`` can be unclosed: found in one pass, not a join of the
+    rest of the page per tag (quadratic)."""
+    page = "".join(it.raw for it in items)
+    last, at = page.rfind("-->"), 0
     for k, it in enumerate(items):
-        if it.kind in ("text", "point") and it.raw.startswith("<"):
-            tail = "".join(x.raw for x in items[k:])
-            if tail.startswith("<!--") and "-->" not in tail:
-                return [*items[:k], Item("point", tail)]
+        if it.kind in ("text", "point") and last < at and page.startswith("<!--", at):
+            return [*items[:k], Item("point", page[at:])]
+        at += len(it.raw)
     return items
 
 
@@ -122,7 +139,7 @@ def _fold_opaque(items: list[Item]) -> list[Item]:
                     break
                 j += 1
             raw = "".join(x.raw for x in items[k:j + 1])
-            out.append(Item("point" if it.tag in INLINE else "block", raw, it.tag))
+            out.append(Item("point" if it.tag in INLINE else "block", raw, it.tag, folded=True))
             k = j + 1
         else:
             out.append(it)
@@ -152,11 +169,47 @@ def runs(items: list[Item]) -> list[str | list[Item]]:
     return out
 
 
-class Page:
-    """A page planned: ``sentences`` (all of its units, one batch), then :meth:`render`."""
+# One attribute of a start tag, from where the one before it ended (html.parser's reading).
+_ATTRIBUTE = re.compile(r"""([^\s/>][^\s/=>]*)(?:(\s*=+\s*)('[^']*'|"[^"]*"|(?!['"])[^>\s]*))?(?:\s|/(?!>))*""")
 
-    def __init__(self, source: str, split: Splitter):
-        self.parts = [p if isinstance(p, str) else Run(p, split) for p in runs(parse(source))]
+
+def _relabel_tag(raw: str, source_lang: str | None, target_lang: str) -> str:
+    """A start tag with its ``lang``/``xml:lang`` values in ``source_lang`` (any, if None)
+    set to ``target_lang``, quoting and every other byte kept."""
+    k = re.match(r"<[^\s/>]+(?:\s|/(?!>))*", raw).end()
+    out = [raw[:k]]
+    while m := _ATTRIBUTE.match(raw, k):
+        name, equals, value = m.groups()
+        quote = value[:1] if value and value[0] in "'\"" else ""
+        code = value[len(quote):len(value) - len(quote)] if value else ""
+        primary = re.split(r"[-_]", code.strip().lower())[0]
+        if name.lower() in ("lang", "xml:lang") and primary \
+                and (source_lang is None or primary == source_lang.lower().split("-")[0]):
+            out.append(f"{name}{equals}{quote}{target_lang}{quote}{m.group()[m.end(3) - k:]}")
+        else:
+            out.append(m.group())
+        k = m.end()
+    return "".join(out) + raw[k:]
+
+
+def relabel(items: list[Item], source_lang: str | None, target_lang: str) -> None:
+    """The page's language labels (``<html lang="de">``) say the translation's language,
+    except inside never-translated elements."""
+    for it in items:
+        if it.tag and not it.folded and it.raw[1:2].isalpha() and "lang" in it.raw.lower():
+            it.raw = _relabel_tag(it.raw, source_lang, target_lang)
+
+
+class Page:
+    """A page planned: ``sentences`` (all of its units, one batch), then :meth:`render`;
+    with ``target_lang``, its language labels relabelled (:func:`relabel`)."""
+
+    def __init__(self, source: str, split: Splitter, source_lang: str | None = None,
+                 target_lang: str | None = None):
+        items = parse(source)
+        if target_lang:
+            relabel(items, source_lang, target_lang)
+        self.parts = [p if isinstance(p, str) else Run(p, split) for p in runs(items)]
         self.sentences = [s for p in self.parts if isinstance(p, Run) for s in p.sentences]
 
     def render(self, translations: list[Aligned]) -> str:
@@ -167,8 +220,9 @@ class Page:
 
 
 def translate_html(source: str, translate: SentenceTranslator, split: Splitter | None = None,
-                   lang: str | None = None) -> str:
+                   lang: str | None = None, target_lang: str | None = None) -> str:
     """``source`` translated: every sentence of the page in one ``translate`` call, cut by
-    ``split`` (default: the sentence segmenter in ``lang``)."""
-    page = Page(source, split or sentence_splitter(lang))
+    ``split`` (default: the sentence segmenter in ``lang``); its ``lang`` attributes in
+    ``lang`` set to ``target_lang`` when that is given."""
+    page = Page(source, split or sentence_splitter(lang), lang, target_lang)
     return page.render(translate(page.sentences) if page.sentences else [])

@@ -1,7 +1,9 @@
 """LibreTranslate's file routes: ``POST /translate_file`` (multipart: ``file``, ``source``,
 ``target``, ``api_key``) answers ``{"translatedFileUrl": ".../download_file/<name>"}``, and
-``GET /download_file/<name>`` sends the translated file once (as an attachment named like
-the upload). Documents are ``seq2seq.documents``' formats (.txt, .html, .htm, .docx, .srt).
+``GET /download_file/<name>`` sends the translated file (an attachment named as LibreTranslate
+names it: ``NAME_<target>.EXT``, RFC 6266's ``filename*`` for a name beyond ASCII, the media
+type of its extension). Documents are ``seq2seq.documents``' formats (.txt, .html, .htm,
+.docx, .srt).
 
 Bounded like ``/translate``: the upload by the body limit, the document's sentences by the
 work limit (all of them together), the whole request by the time limit. Translated files
@@ -15,9 +17,11 @@ import asyncio
 import re
 import tempfile
 import time
+import unicodedata
 import uuid
 from collections import OrderedDict
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import HTTPException, Request
 from fastapi.responses import FileResponse
@@ -30,10 +34,12 @@ from seq2seq.documents import (
     suffix,
     translate_document,
 )
+from seq2seq.documents.inline import sentence_splitter
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import run_aligned
 
 KEEP_FILES, KEEP_BYTES, KEEP_SECONDS = 100, 256 * 2**20, 3600
+MAX_NAME_BYTES = 200  # a download's name in UTF-8 (file systems allow 255)
 SUPPORTED = list(SUFFIXES)
 MEDIA = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
          ".htm": "text/html; charset=utf-8", ".srt": "application/x-subrip",
@@ -45,16 +51,20 @@ def bad(message: str) -> HTTPException:
 
 
 class Store:
-    """Translated files waiting to be downloaded, bounded in count, bytes and age."""
+    """Translated files waiting to be downloaded, bounded in count, bytes and age. On disk a
+    file is named by its random id alone: an upload's name never reaches the file system."""
 
     def __init__(self):
         self._dir = tempfile.TemporaryDirectory(prefix="seq2seq-files-")  # removed at exit
         self.files: OrderedDict[str, tuple[Path, int, float]] = OrderedDict()
 
-    def put(self, filename: str, data: bytes) -> str:
-        name = f"{uuid.uuid4().hex}.{safe_name(filename)}"
-        path = Path(self._dir.name) / name
+    def put(self, download: str, data: bytes) -> str:
+        """``data`` kept under a new name, ``<id>.<download>`` (the download's name after the
+        first dot, as LibreTranslate's are)."""
+        key = uuid.uuid4().hex
+        path = Path(self._dir.name) / key
         path.write_bytes(data)
+        name = f"{key}.{download}"
         self.files[name] = (path, len(data), time.monotonic())
         self._evict()
         return name
@@ -73,11 +83,34 @@ class Store:
             path.unlink(missing_ok=True)
 
 
-def safe_name(filename: str) -> str:
-    """The upload's base name with only letters, digits, ``.``, ``-``, ``_`` (werkzeug's
-    ``secure_filename`` idea): never a path."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(filename.replace("\\", "/")).name).strip("._")
-    return base or f"file{suffix(filename)}"
+# Never in a download's name: what names a path or breaks a header, and what file systems
+# refuse (Windows' reserved characters); letters of any script stay.
+_UNSAFE = re.compile(r'[\\/:*?"<>|]+')
+
+
+def download_name(filename: str, target: str) -> str:
+    """What a translation of the upload ``filename`` into ``target`` downloads as:
+    LibreTranslate's ``NAME_<target>.EXT`` (``brief.docx`` -> ``brief_en.docx``), the base
+    name only, without control or reserved characters, at most ``MAX_NAME_BYTES`` in UTF-8."""
+    base = unicodedata.normalize("NFC", Path(filename.replace("\\", "/")).name)
+    base = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in base)
+    ext = suffix(base) and base[-len(suffix(base)):]
+    end = _UNSAFE.sub("_", f"_{target}{ext}")
+    stem = " ".join(_UNSAFE.sub("_", base[:len(base) - len(ext)]).split()).strip("._ ")
+    budget = max(MAX_NAME_BYTES - len(end.encode()), 0)  # cut in bytes: a name may be megabytes
+    return (stem.encode()[:budget].decode(errors="ignore").rstrip("._ ") or "file") + end
+
+
+def content_disposition(name: str) -> str:
+    """RFC 6266: an attachment named ``name``; beyond printable ASCII, as ``filename*`` (RFC
+    8187's UTF-8), after an ASCII ``filename`` for clients that read only that (accents
+    dropped, other letters as ``_``)."""
+    if name.isascii() and name.isprintable():
+        return f'attachment; filename="{name}"'
+    folded = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    plain = re.sub(r"[^\x20-\x7e]+", "_", folded)
+    plain = plain if plain[:1].isalnum() else "file" + re.sub(r"^_+", "_", plain)
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 class FileRoutes:
@@ -108,13 +141,14 @@ class FileRoutes:
             check_format(file.filename)
         except DocumentError as e:
             raise bad(str(e)) from None
-        data = await file.read()
         source, target = p["source"].lower(), p["target"].lower()
+        download = download_name(file.filename, target)  # before the work: it cannot fail after
+        data = await file.read()
         work = self._translate(data, file.filename, source, target)
         done = await bounded(request, work, self.libre.server.cfg.request_timeout_s)
-        name = self.store.put(file.filename, done)
+        name = self.store.put(download, done)
         base = str(request.url.replace(query=None)).rsplit("/translate_file", 1)[0]
-        return {"translatedFileUrl": f"{base}/download_file/{name}"}
+        return {"translatedFileUrl": f"{base}/download_file/{quote(name, safe='')}"}
 
     async def _translate(self, data: bytes, filename: str, source: str, target: str) -> bytes:
         """Read the document once for its sentences, translate them on the batcher (merged
@@ -134,8 +168,9 @@ class FileRoutes:
             if source == target or not asked:
                 return data
             done = await self._run(asked, source, target)
-            return await asyncio.to_thread(translate_document, data, filename,
-                                           lambda _: done, lang)
+            return await asyncio.to_thread(  # cut as before, labelled from the source found
+                translate_document, data, filename, lambda _: done, source,
+                sentence_splitter(lang), target)
         except DocumentError as e:
             raise bad(str(e)) from None
 
@@ -156,7 +191,7 @@ class FileRoutes:
             raise HTTPException(404, "Invalid filename: no such translated file (or it expired)")
         download = name.split(".", 1)[1]
         return FileResponse(path, media_type=MEDIA.get(suffix(download), "application/octet-stream"),
-                            filename=download)
+                            headers={"Content-Disposition": content_disposition(download)})
 
 
 def add_file_routes(router, libre) -> FileRoutes:
