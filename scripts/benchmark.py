@@ -2,6 +2,12 @@
 
     python scripts/benchmark.py -m CKPT [--limit N] [--repeats 3] [--threads T]
                                 [--sections decode,train,attention[,profile]] [--json out.json]
+    python scripts/benchmark.py --opus-size [--limit 50 ...]
+
+``--opus-size`` (instead of ``-m``): ours against CTranslate2 at OPUS-MT's size, on any CPU
+with one command: a random-weight model of that shape, built once and cached
+(``scripts/bench/opus.py``), decoded with docs/speed.md's settings (any option given wins),
+then output tokens/s per engine and search in one table.
 
 Prints one table per section (medians of --repeats timed runs after a warm-up, the thread
 count, ratios with PASS/FAIL against the targets) and the 1-minute load average before and
@@ -15,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import asdict, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +29,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
+from scripts.bench import opus  # noqa: E402
+from scripts.bench.report import tokens_table  # noqa: E402
 from scripts.bench.run import EXTRA_SECTIONS, SECTIONS, Options, run  # noqa: E402
+from scripts.bench.timing import cpu_label  # noqa: E402
 from seq2seq.cli.common import add_model_argument  # noqa: E402
 from seq2seq.shipped import find_model  # noqa: E402
 
@@ -66,10 +76,28 @@ def checkpoints(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def shape(text: str) -> opus.Shape:
+    try:
+        return opus.parse_shape(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--opus-size: {err}") from None
+
+
+def opus_help() -> str:
+    run = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                   for k, v in opus.RUN.items())
+    return (f"instead of -m: a random model of OPUS-MT's size ({opus.OPUS_MT.describe()}, joint "
+            f"BPE), built once and cached under the cache home, timed as docs/speed.md does: "
+            f"{run} (give any of them to change it); FIELD=VALUE,... changes the shape "
+            f"({', '.join(f.name for f in fields(opus.Shape))})")
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_argument(ap, help="a seq2seq checkpoint (.ckpt)")
+    models = add_model_argument(ap, help="a seq2seq checkpoint (.ckpt)")
+    models.add_argument("--opus-size", nargs="?", const=opus.OPUS_MT, type=shape,
+                        metavar="FIELD=VALUE,...", help=opus_help())
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default: all), plus "
                          f"{','.join(EXTRA_SECTIONS)} (profile: torch.profiler of our beam search; train-profile: of a training step; levers: "
@@ -119,7 +147,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--student-beams", type=sizes, default=(), metavar="K[,K...]",
                     help="students section: the students' beam sizes, 1 = greedy (default: 1 and --beam)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE")
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = parser()
     args = ap.parse_args(argv)
+    if args.opus_size is not None:  # its settings as defaults: the options given still win
+        ap.set_defaults(**opus.RUN)
+        args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1 (use >= 3 for reported numbers)")
     return args
@@ -129,11 +165,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
 
-    options = {k: v for k, v in vars(args).items() if k not in ("checkpoint", "sections", "json")}
+    options = {k: v for k, v in vars(args).items()
+               if k not in ("checkpoint", "opus_size", "sections", "json")}
     options["threads"] = args.threads or torch.get_num_threads()
     options["uncached_limit"] = args.uncached_limit or None
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    result = run(args.checkpoint, sections=sections, **options)
+    size = args.opus_size
+    result = run(args.checkpoint if size is None else opus.checkpoint(size),
+                 sections=sections, **options)
+    if size is not None:
+        result["opus_size"] = asdict(size)
+        if "decode" in result["sections"]:
+            print("\n" + tokens_table(result["sections"]["decode"], (
+                f"Output tokens/s, OPUS-MT size ({size.describe()}), {options['threads']} "
+                f"thread(s) on {cpu_label(result['environment']['cpu'])}")))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
         print(f"\nwrote {args.json}")

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from helpers import multi30k_lines
 
+from scripts.bench.opus import eos_margins
+
 
 def train_spm(texts: list[str], size: int, model_type: str) -> bytes:
     """A SentencePiece model with OPUS-MT's special pieces (<unk> 0, <s> 1, </s> 2)."""
@@ -104,8 +106,5 @@ def _calibrate_eos(model, rate: float = 0.3) -> None:
     tgt = torch.randint(1, config.vocab_size - 1, (64, 30), generator=g)
     tgt[:, 0] = config.decoder_start_token_id
     logits = model(input_ids=src, decoder_input_ids=tgt).logits  # (B, L, V)
-    eos = config.eos_token_id
-    others = logits.clone()
-    others[..., eos] = float("-inf")
-    margin = (others.amax(-1) - logits[..., eos]).flatten()  # EOS wins where bias > margin
-    model.final_logits_bias[0, eos] += torch.quantile(margin, rate)
+    margin = eos_margins(logits, config.eos_token_id).flatten()  # EOS wins where bias > margin
+    model.final_logits_bias[0, config.eos_token_id] += torch.quantile(margin, rate)

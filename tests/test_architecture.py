@@ -30,7 +30,7 @@ LAYERS = {
     "seq2seq": 8,  # the package itself: the public API re-exported (lazily) at the top level
     # scripts/: above the whole package; the benchmark engines -> timing -> rows -> report
     "scripts.bench": 9, "scripts.bench.engines": 9,
-    "scripts.bench.timing": 10, "scripts.bench.isolate": 10,
+    "scripts.bench.timing": 10, "scripts.bench.isolate": 10, "scripts.bench.opus": 10,
     "scripts.bench.decode": 11, "scripts.bench.train": 11, "scripts.bench.attention": 11,
     "scripts.bench.profile": 11, "scripts.bench.vocab": 11, "scripts.bench.split": 11,
     "scripts.bench.shared": 11, "scripts.bench.data": 11, "scripts.bench.load": 11,

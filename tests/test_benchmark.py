@@ -361,10 +361,16 @@ def test_bench_uses_only_the_public_api_of_seq2seq():
 
 
 # ---------------------------------------------------------------- the script
-def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
+def benchmark_script():
+    """``scripts/benchmark.py`` as a module."""
     spec = importlib.util.spec_from_file_location("benchmark_script", ROOT / "scripts" / "benchmark.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
+    script = benchmark_script()
     monkeypatch.setattr(T, "load_average", lambda: 0.25)
     monkeypatch.setattr(T.OtherWork, "cores", lambda self: 0.0)  # whatever else runs now
     out = tmp_path / "bench.json"
@@ -386,6 +392,50 @@ def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     assert data["sections"]["profile"]["beam_size"] == 2
     with pytest.raises(SystemExit):
         script.main(["-m", str(ckpt_path), "--repeats", "0"])
+
+
+@pytest.mark.slow
+def test_opus_size_is_one_command_with_a_cached_model(tmp_path, capsys, monkeypatch):
+    """``benchmark.py --opus-size`` at a tiny shape (the OPUS-MT-size run's code path): it
+    builds its model under the cache home, decodes with docs/speed.md's settings except the
+    options given, times every row of ours and CTranslate2's at each compute type this CPU
+    runs, prints their output tokens/s; a second run loads the cached model, unbuilt."""
+    from scripts.bench import opus
+
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(T, "load_average", lambda: 0.25)
+    script, tiny = benchmark_script(), "d_model=32,heads=4,d_ff=64,layers=1,vocab=300"
+    result = script.main(["--opus-size", tiny, "--limit", "3", "--beam", "2", "--threads", "1"])
+    printed = capsys.readouterr().out
+    path = opus.cache_path(opus.parse_shape(tiny))
+    assert result["checkpoint"] == str(path) and path.parent == tmp_path / "cache" / "bench"
+    arch = load_checkpoint(path)["seq2seq"]["model_config"]
+    assert (arch["d_model"], arch["encoder_layers"], arch["decoder_layers"]) == (32, 1, 1)
+    assert arch["tgt_vocab_size"] == 300 and result["opus_size"]["vocab"] == 300
+    decode = result["sections"]["decode"]  # the documented settings but --limit and --beam
+    assert set(result["sections"]) == {"decode"} and decode["max_tokens"] == [1000]
+    assert (decode["sentences"], decode["subset_sentences"], decode["beam_size"]) == (3, 1, 2)
+    assert ("ours", "greedy, 20 tok forced", "first 1") in {
+        (r["engine"], r["search"], r["set"]) for r in decode["rows"]}
+    engines = ["ours"] + [f"ours {ct}" for ct in ("int8", "bfloat16") if not D.refused(ct)]
+    if HAVE_CT2:
+        import ctranslate2
+
+        offered = ctranslate2.get_supported_compute_types("cpu")
+        engines += [f"CTranslate2 {ct}" for ct in ("float32", "int8", "bfloat16")
+                    if ct != "bfloat16" or ct in offered]
+    tok_s = {(r["search"], r["engine"]): r["tok_per_s"] for r in decode["rows"] if r["set"] == "all"}
+    lines = printed[printed.index("Output tokens/s, OPUS-MT size (d_model 32,"):]
+    assert f"thread(s) on {T.cpu_label(T.cpu_model())}" in lines.splitlines()[0]
+    for search in ("greedy", "beam 2, patience 1"):
+        cells = table_row(lines, search)
+        assert len(cells) == 1 + len(engines) and table_row(lines, "search, tokens/s")[1:] == engines
+        assert cells[1:] == [f"{tok_s[(search, e)]:.0f}" for e in engines]
+    assert printed.count("building") == 1
+    logs: list[str] = []
+    before = path.stat().st_mtime_ns
+    assert opus.checkpoint(opus.parse_shape(tiny), log=logs.append) == path
+    assert "cached" in logs[0] and path.stat().st_mtime_ns == before
 
 
 def test_shared_section_policies_and_table():

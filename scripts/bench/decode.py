@@ -51,11 +51,29 @@ def ours_specs(ckpt_path: str, beam_size: int) -> list[Row]:
                 {**base, "beam_size": beam_size, "stopping": "patience"})]
 
 
-def compute_specs(ckpt_path: str, beam_size: int, compute_types: Sequence[str]) -> list[Row]:
-    """Our greedy and patience-1 beam (CTranslate2's stop) at each other compute type."""
+def refused(compute_type: str) -> str | None:
+    """Why ``compute.prepare`` refuses ``compute_type`` on this machine (bfloat16 without
+    native bf16, int8 without oneDNN's engine), or None."""
+    import torch
+
+    from seq2seq.model import compute
+
+    try:
+        compute.prepare(torch.nn.Sequential(torch.nn.Linear(2, 2)), compute_type)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def compute_specs(ckpt_path: str, beam_size: int, compute_types: Sequence[str],
+                  skipped: list[str]) -> list[Row]:
+    """Our greedy and patience-1 beam (CTranslate2's stop) at each other compute type this
+    CPU runs (the others noted in ``skipped``)."""
     rows = []
     for ct in compute_types:
-        if ct != "float32":
+        if ct != "float32" and (why := refused(ct)):
+            skipped.append(f"ours {ct} rows skipped: {why}")
+        elif ct != "float32":
             base = {"engine": "ours", "checkpoint": ckpt_path, "compute_type": ct}
             rows += [Row(f"ours {ct}", "greedy", base),
                      Row(f"ours {ct}", f"beam {beam_size}, patience 1",
@@ -165,7 +183,8 @@ def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str
     sub_sweep = {max_tokens[0]: make_batches(ids[:n_sub], max_tokens[0], model.arch)}
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as workdir:
-        specs = [*ours_specs(ckpt_path, beam_size), *compute_specs(ckpt_path, beam_size, compute_types),
+        specs = [*ours_specs(ckpt_path, beam_size),
+                 *compute_specs(ckpt_path, beam_size, compute_types, skipped),
                  *(hf_specs(model, ckpt_path, beam_size, skipped) if "hf" in peers else []),
                  *(ct2_specs(model, src_vocab, tgt_vocab, beam_size, workdir, skipped, compute_types)
                    if "ct2" in peers else [])]

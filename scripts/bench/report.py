@@ -53,6 +53,18 @@ def decode_table(result: dict, title: str) -> str:
                         result["notes"] + result["skipped"])
 
 
+def tokens_table(result: dict, title: str) -> str:
+    """The decode section's output tokens/s as docs/speed.md tables them across engines and
+    compute types: a row per search (greedy, patience-1 beam), a column per engine."""
+    rows = [r for r in result["rows"] if r["set"] == "all"]
+    searches = [s for s in dict.fromkeys(r["search"] for r in rows)
+                if s == "greedy" or s.endswith("patience 1")]
+    engines = list(dict.fromkeys(r["engine"] for r in rows if r["search"] in searches))
+    tok_s = {(r["search"], r["engine"]): r["tok_per_s"] for r in rows}
+    return format_table(title, ["search, tokens/s", *engines],
+                        [[s, *(fmt(tok_s.get((s, e)), ".0f") for e in engines)] for s in searches])
+
+
 def train_table(result: dict, title: str) -> str:
     header = ["engine", "precision", "tok/s", "ms/step", "ours ÷ this", "target", "result", rss_label()]
     rows = [[r["engine"], r["precision"], fmt(r["tok_per_s"], ".0f"), fmt(r["ms_per_step"], ".1f"),

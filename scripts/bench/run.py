@@ -45,6 +45,7 @@ from scripts.bench.timing import (
     RSS_RESETTABLE,
     OtherWork,
     check_load,
+    cpu_label,
     cpu_model,
     optional,
     other_work_warning,
@@ -249,7 +250,7 @@ def run(checkpoint: str | os.PathLike, *, sections: Sequence[str] = SECTIONS,
     log(f"seq2seq benchmark: {checkpoint} ({pair(ckpt)}, d_model {arch.d_model}, "
         f"{arch.encoder_layers}+{arch.decoder_layers} layers), {opts.threads} thread(s) on "
         f"{env['cpu_count']} CPUs, {opts.repeats} timed repeats (median) after a warm-up")
-    log(f"CPU: {env['cpu']['model']} (flags: {' '.join(env['cpu']['flags']) or 'none of note'})")
+    log(f"CPU: {cpu_label(env['cpu'])}")
     env["load_1min_before"] = check_load("before", log)
     others = OtherWork()
     others.start()

@@ -207,6 +207,11 @@ def cpu_model() -> dict:
     return {"model": machine.cpu_model(), "flags": [f for f in wanted if f in machine.cpu_flags()]}
 
 
+def cpu_label(cpu: dict) -> str:
+    """:func:`cpu_model`'s result in words: the model name and its flags of note."""
+    return f"{cpu['model']} (flags: {' '.join(cpu['flags']) or 'none of note'})"
+
+
 def other_work_warning(cores: float | None, limit: float = QUIET_LOAD) -> str | None:
     if cores is None or cores <= limit:
         return None

@@ -75,10 +75,11 @@ class _OldModelOption(argparse.Action):
 
 def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
                        append: bool = False, metavar: str = "CKPT",
-                       help: str = "the trained model: a checkpoint file (.ckpt)") -> None:
+                       help: str = "the trained model: a checkpoint file (.ckpt)"):
     """Required ``-m/--model`` (dest ``checkpoint``), plus the deprecated ``-c/--checkpoint``.
     ``nargs="+"``: several checkpoints after one flag; ``append``: one per repeated flag
-    (both: ``-m A B -m C`` is A, B, C)."""
+    (both: ``-m A B -m C`` is A, B, C). Returns their mutually exclusive group (another way
+    to name the model may join it)."""
     from seq2seq.shipped import shipped_models
 
     if names := shipped_models():
@@ -88,6 +89,7 @@ def add_model_argument(ap: argparse.ArgumentParser, nargs: str | None = None,
                        action=("extend" if nargs else "append") if append else "store", help=help)
     group.add_argument(*MODEL_ALIASES, dest="checkpoint", nargs=nargs, metavar=metavar,
                        action=_OldModelOption, append=append, help=argparse.SUPPRESS)
+    return group
 
 
 def check_device(name: str) -> None:
