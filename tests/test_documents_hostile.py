@@ -47,10 +47,7 @@ SHAPES = {
     "html crossing": ("a.html", lambda n: "<p>" + "<b>x<i>y</b>z</i>" * n + "</p>"),
     "html comments": ("a.html", lambda n: "<p>" + "a<!-- c -->" * n + "</p>"),
 }
-# seq2seq.documents.inline is another change's file: its quadratic spots stay marked here
-INLINE = {
-    "html nested": "inline.match looks through the whole stack of open elements at each close",
-}
+INLINE: dict[str, str] = {}  # shapes still quadratic (xfail, strict): none
 
 
 def seconds(shape, n: int, best_of: int = 1) -> float:
@@ -215,3 +212,30 @@ def test_cli_refuses_a_docx_that_does_not_parse_in_one_line(tmp_path):
         "seq2seq-translate: error: brief.docx: not a Word (.docx) document (word/document.xml "
         "is not well-formed XML: Namespace prefix w on document is not defined")
     assert not (tmp_path / "brief.en.docx").exists()
+
+
+def _match_by_scanning(items) -> dict[int, int]:
+    """The definition: a close pops the nearest open of its name, scanning the stack."""
+    pairs, stack = {}, []
+    for k, it in enumerate(items):
+        if it.kind == "open":
+            stack.append(k)
+        elif it.kind == "close":
+            names = [items[o].tag for o in stack]
+            if it.tag in names:
+                at = len(names) - 1 - names[::-1].index(it.tag)
+                pairs[stack[at]] = k
+                del stack[at:]
+    return pairs
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(["open", "close", "point"]), st.sampled_from("abc")),
+                max_size=40))
+def test_linear_match_pairs_tags_as_the_scanning_definition(spec):
+    from types import SimpleNamespace
+
+    from seq2seq.documents.inline import match
+
+    items = [SimpleNamespace(kind=kind, tag=tag) for kind, tag in spec]
+    assert match(items) == _match_by_scanning(items)

@@ -33,17 +33,23 @@ class _Node:
 
 def match(items) -> dict[int, int]:
     """Open item index -> its close's index; the rest of the tags are points. A close
-    pops the nearest open of its name; the opens it passes stay unmatched."""
+    pops the nearest open of its name; the opens it passes stay unmatched. Linear: each
+    name keeps its opens (stack depth, index); one a close already passed is dropped when
+    met, instead of scanning the whole stack at every close (50,000 nested tags)."""
     pairs: dict[int, int] = {}
     stack: list[int] = []
+    by_name: dict[str, list[tuple[int, int]]] = {}
     for k, it in enumerate(items):
         if it.kind == "open":
+            by_name.setdefault(it.tag, []).append((len(stack), k))
             stack.append(k)
         elif it.kind == "close":
-            names = [items[o].tag for o in stack]
-            if it.tag in names:
-                at = len(names) - 1 - names[::-1].index(it.tag)
-                pairs[stack[at]] = k
+            opens = by_name.get(it.tag, [])
+            while opens and (opens[-1][0] >= len(stack) or stack[opens[-1][0]] != opens[-1][1]):
+                opens.pop()  # passed by an earlier close
+            if opens:
+                at, o = opens.pop()
+                pairs[o] = k
                 del stack[at:]
     return pairs
 
