@@ -137,3 +137,16 @@ def test_cache_extend_then_write_equals_append():
         for (ka, va), (kb, vb), (kc, vc) in zip(a.self_kv, b.self_kv, c.self_kv):
             assert torch.equal(ka, kb) and torch.equal(va, vb)
             assert torch.equal(ka, kc) and torch.equal(va, vc)
+
+
+def test_step_operator_calls_stay_few():
+    """Operator calls (``torch.profiler`` events, all levels) per decoder step and per search
+    step, batch 1 greedy and beam 3, on a 2-layer decoder: counts, not times, so the same on
+    any machine. The bounds are what the step reached (168.5 / 221 greedy, 196 / 402 beam)
+    with a little room."""
+    from scripts.bench.opcount import count_case
+
+    model = model_for()
+    greedy, beam = count_case(model, 1, 1), count_case(model, 1, 3)
+    assert greedy["decoder_step"] <= 175 and greedy["search_step"] <= 230
+    assert beam["decoder_step"] <= 205 and beam["search_step"] <= 420

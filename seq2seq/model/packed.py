@@ -15,6 +15,7 @@ build without oneDNN, takes ``F.linear``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROWS_HINT = 256  # the row count oneDNN lays the weight out for; any count works
@@ -53,3 +54,33 @@ class PackedProjection:
     def __deepcopy__(self, memo) -> PackedProjection:
         return PackedProjection()  # a copy packs its own weight when first used
 
+
+
+# activations oneDNN applies inside the linear call: (its name, its algorithm)
+FUSED_ACTIVATIONS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), F.silu: ("swish", "")}
+
+
+class Packed:
+    """``act(x W^T + b)`` of float32 CPU rows ``x (R, in)`` through a weight ``W (out, in)``
+    prepacked once: one operator call. Built by :func:`pack`; no autograd."""
+
+    def __init__(self, packed: Tensor, bias: Tensor | None, act: tuple[str, str]):
+        self.packed, self.bias, (self.act, self.algorithm) = packed, bias, act
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, self.act, [],
+                                                  self.algorithm)
+
+
+def pack(weight: Tensor, bias: Tensor | None, act=None) -> Packed | None:
+    """:class:`Packed` of a float32 CPU weight, with ``act`` (None, or a key of
+    :data:`FUSED_ACTIVATIONS`) fused; None where oneDNN cannot take it (then ``F.linear``)."""
+    if not (_supported() and weight.device.type == "cpu" and weight.dtype == torch.float32
+            and (act is None or act in FUSED_ACTIVATIONS)):
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+    except RuntimeError:  # a oneDNN build without this layout
+        return None
+    return Packed(packed, None if bias is None else bias.detach(),
+                  FUSED_ACTIVATIONS.get(act, ("none", "")))
