@@ -97,6 +97,8 @@ def projections(layer: DecoderLayer, packed: bool = True) -> Projections:
     what an exported graph can hold)."""
     self_attn, cross, ff = layer.self_attn, layer.cross_attn, layer.ff
     as_linear = partial(_as_linear, packed=packed)
+    if self_attn.w_q.__dict__.get("kernel") is not None:  # a compute type: its own layers
+        return _kernel_projections(layer)
     return Projections(
         qkv=as_linear(self_attn.w_q, *_qkv_weights(self_attn)),
         self_out=as_linear(self_attn.w_o, *_weights(self_attn.w_o)),
@@ -104,6 +106,24 @@ def projections(layer: DecoderLayer, packed: bool = True) -> Projections:
         cross_out=as_linear(cross.w_o, *_weights(cross.w_o)),
         ff_in=as_linear(ff.w1, *_weights(ff.w1), act=ff.act),
         ff_out=as_linear(ff.w2, *_weights(ff.w2)))
+
+
+def _kernel_projections(layer: DecoderLayer) -> Projections:
+    """:class:`Projections` through the layer's own compute-type kernels (int8, bfloat16),
+    unfused: a kernel quantizes or rounds per layer, and a fused or rescaled weight would
+    round apart from the layers that the general path (and its measured agreement) use."""
+    attn, cross, ff = layer.self_attn, layer.cross_attn, layer.ff
+    H, s = attn.h, 1.0 / math.sqrt(attn.d_k)
+
+    def qkv(x: Tensor) -> Tensor:  # per head [q_h * s, k_h, v_h], as the fused weight gives
+        k, v = linear(attn.w_kv, x).split([H * attn.d_k, H * attn.d_v], dim=-1)
+        parts = (linear(attn.w_q, x) * s, k, v)
+        return torch.cat([t.view(x.shape[0], H, -1) for t in parts], dim=-1).flatten(1)
+
+    return Projections(qkv=qkv, self_out=partial(linear, attn.w_o),
+                       cross_q=lambda x: linear(cross.w_q, x) * (1.0 / math.sqrt(cross.d_k)),
+                       cross_out=partial(linear, cross.w_o),
+                       ff_in=lambda x: ff.act(linear(ff.w1, x)), ff_out=partial(linear, ff.w2))
 
 
 def _version(t: Tensor) -> int:
