@@ -19,7 +19,7 @@ LAYERS = {
     "seq2seq.specials": 0, "seq2seq.config": 1, "seq2seq.profiling": 1, "seq2seq.shipped": 1,
     "seq2seq.runtime": 1, "seq2seq.files": 1, "seq2seq.directions": 1, "seq2seq.fields": 1,
     "seq2seq.extras": 1, "seq2seq.machine": 1,
-    "seq2seq.data": 2, "seq2seq.model": 2, "seq2seq.text": 2,
+    "seq2seq.data": 2, "seq2seq.model": 2, "seq2seq.text": 2, "seq2seq.checkpoint_format": 2,
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.significance": 3, "seq2seq.plotting": 3,
     "seq2seq.averaging": 4,
     "seq2seq.decoding": 4, "seq2seq.training": 5, "seq2seq.export": 5, "seq2seq.hf_import": 5,

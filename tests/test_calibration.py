@@ -124,7 +124,8 @@ def test_only_the_calibration_is_added_weights_bit_identical(raw, calibrated):
         assert torch.equal(v.view(-1).view(torch.uint8), w.view(-1).view(torch.uint8)), k
     changed = {k for k in before["seq2seq"].keys() | after["seq2seq"].keys()
                if before["seq2seq"].get(k) != after["seq2seq"].get(k)}
-    assert changed == {"calibration", "checksum", "format"} and after["seq2seq"]["format"] == 3
+    assert changed == {"calibration", "checksum", "entries"}
+    assert after["seq2seq"]["format"] == 5 and after["seq2seq"]["entries"] == ["calibration"]
 
 
 def test_in_place_keeps_the_mode_and_recalibrates(raw, tmp_path):
@@ -140,17 +141,17 @@ def test_in_place_keeps_the_mode_and_recalibrates(raw, tmp_path):
 
 
 @pytest.mark.parametrize("edit", ["threshold", "quantile", "removed"])
-def test_an_edited_calibration_is_refused_by_the_checksum(calibrated, tmp_path, edit):
+def test_an_edited_or_removed_calibration_is_refused(calibrated, tmp_path, edit):
     ckpt = torch.load(calibrated, weights_only=True)
     if edit == "removed":
         del ckpt["seq2seq"]["calibration"]
     else:
         ckpt["seq2seq"]["calibration"][edit] *= 0.5
     torch.save(ckpt, tmp_path / "edited.ckpt")
-    with pytest.raises(CheckpointError, match="checksum"):
+    with pytest.raises(CheckpointError, match="edited or damaged after it was written"):
         load_checkpoint(tmp_path / "edited.ckpt")
     code, out, err = run_main(translate_cli.main, ["-m", str(tmp_path / "edited.ckpt"), "Hund."])
-    assert code == 2 and out == "" and "checksum" in err and err.count("\n") == 1
+    assert code == 2 and out == "" and "edited or damaged" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("entry", [{"threshold": float("nan")}, {"threshold": 0.0},

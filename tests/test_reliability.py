@@ -234,7 +234,7 @@ def test_any_random_bytes_give_a_whole_sentence(tmp_path):
 
 def test_legacy_checkpoint_without_checksum_loads_and_the_shipped_model_is_sealed(work, tmp_path):
     ckpt = torch.load(work / "good.ckpt", weights_only=True)
-    assert ckpt["seq2seq"]["format"] == 2 and len(ckpt["seq2seq"]["checksum"]) == 64
+    assert ckpt["seq2seq"]["format"] == 5 and len(ckpt["seq2seq"]["checksum"]) == 64
     del ckpt["seq2seq"]["checksum"]
     ckpt["seq2seq"]["format"] = 1  # what seq2seq 0.1 wrote
     torch.save(ckpt, tmp_path / "v1.ckpt")
@@ -243,9 +243,9 @@ def test_legacy_checkpoint_without_checksum_loads_and_the_shipped_model_is_seale
     code, _, err = run("average", ["-o", str(tmp_path / "sealed.ckpt"), str(tmp_path / "v1.ckpt")])
     assert code == 0 and err.count("warning: ") == 1 and "format 1" in err, err
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # format 2, checksummed: no warning
+        warnings.simplefilter("error")  # checksummed: no warning
         sealed = load_checkpoint(tmp_path / "sealed.ckpt")
-    assert sealed["seq2seq"]["format"] == 2
+    assert sealed["seq2seq"]["format"] == 5
     assert all(torch.equal(sealed["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
     shipped = load_checkpoint(ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt")
     assert shipped["seq2seq"]["format"] == 3  # sealed, with its calibration (seq2seq-calibrate)
