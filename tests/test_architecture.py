@@ -39,6 +39,7 @@ LAYERS = {
     "scripts.bench.report": 12,
     "scripts.bench.run": 13,
     "scripts.*": 14,  # the scripts a user runs (scripts/*.py)
+    "scripts.experiments.*": 14,  # the studies behind docs' figures
 }
 # a package's own __init__, not its modules (those must each have a row)
 EXACT = {"seq2seq", "scripts.bench"}

@@ -9,7 +9,7 @@ holding every target piece aligned into it. On the shipped De->En model, with on
 noun or colour word per test_2016 sentence in ``<b>`` (377 sentences whose translation has
 its dictionary word), the bold landed on exactly that English word 335 times with the last
 layer, 176 with the mean over all layers (whose bold spans grew), 164 with the
-penultimate layer (``scripts/tag_alignment.py``).
+penultimate layer (``scripts/experiments/tag_alignment.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 like the training data) and hits on sentences from outside captions (everyday speech, news,
 instructions: tests/data/outside_captions.{de,en}), greedy and beam 5.
 
-    nice python scripts/unsure_rates.py -o data/results/unsure_rates.json
+    nice python scripts/experiments/unsure_rates.py -o data/results/unsure_rates.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from seq2seq import DecodingConfig, Translator
 from seq2seq.shipped import multi30k_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = ROOT / "tests" / "data" / "outside_captions"
 TEST = "test_2016_flickr"
 MODELS = {"multi30k_de_en_tiny": ("de", "en"), "multi30k_en_de_tiny": ("en", "de")}
@@ -62,7 +62,7 @@ def main() -> None:
     rows = measure()
     if args.output:
         Path(args.output).write_text(json.dumps(
-            {"command": "nice python scripts/unsure_rates.py -o data/results/unsure_rates.json",
+            {"command": "nice python scripts/experiments/unsure_rates.py -o data/results/unsure_rates.json",
              "rows": rows}, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -5,7 +5,7 @@ float32 (``ARGOS_BEAM_SIZE=1 ARGOS_COMPUTE_TYPE=float32``) against ``seq2seq-tra
 ``auto``) against ``seq2seq-translate``'s defaults. argostranslate runs offline in a
 subprocess with a scratch HOME and ``ARGOS_CHUNK_TYPE=SPACY``.
 
-    python scripts/argos_agreement.py -m data/models/multi30k_de_en_tiny.ckpt --lang de --to en -n 100
+    python scripts/experiments/argos_agreement.py -m data/models/multi30k_de_en_tiny.ckpt --lang de --to en -n 100
 """
 
 from __future__ import annotations

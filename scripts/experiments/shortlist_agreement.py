@@ -4,7 +4,7 @@ identical to the full vocabulary's, BLEU of both, and the average candidate set 
 against the vocabulary, greedy and beam 5. Tables are built from the train split as
 ``seq2seq-shortlist`` builds them.
 
-    nice python scripts/shortlist_agreement.py --settings 20:100,50:300 > shortlist.json
+    nice python scripts/experiments/shortlist_agreement.py --settings 20:100,50:300 > shortlist.json
 
 ``--timing`` adds a rough CPU-time ratio (1 thread, ``time.process_time``, full and
 shortlist runs interleaved ``--repeats`` times): rough, not a benchmark.

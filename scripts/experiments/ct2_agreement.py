@@ -2,7 +2,7 @@
 docs/export.md gives (``ct2_translate``) and with a bare call (``no_repeat_ngram_size`` only),
 greedy and beam 5.
 
-    python scripts/ct2_agreement.py -m data/models/multi30k_de_en_tiny.ckpt --lang de -n 100
+    python scripts/experiments/ct2_agreement.py -m data/models/multi30k_de_en_tiny.ckpt --lang de -n 100
 """
 
 from __future__ import annotations

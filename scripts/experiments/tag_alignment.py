@@ -3,7 +3,7 @@ colour word per test sentence is put in <b>, the page translated with each rule,
 bold text compared with the word's English translation (a small dictionary), counted only
 where the translation holds that English word.
 
-    python scripts/tag_alignment.py -m data/models/multi30k_de_en_tiny.ckpt
+    python scripts/experiments/tag_alignment.py -m data/models/multi30k_de_en_tiny.ckpt
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ process), alternating, and compare the best-of-``--repeats`` seconds.
 
     seq2seq-shortlist -m data/models/multi30k_de_en_tiny.ckpt -o de_en.shortlist.ckpt
     for round in 1 2; do for search in greedy beam; do for sl in "" --shortlist; do
-      python scripts/shortlist_speed.py -m de_en.shortlist.ckpt --search $search $sl; done; done; done
+      python scripts/experiments/shortlist_speed.py -m de_en.shortlist.ckpt --search $search $sl; done; done; done
 
 Prints one JSON line: search, shortlist, threads, best seconds over all 1,000
 test_2016_flickr sentences (after a 100-sentence warm-up).

@@ -1,11 +1,11 @@
 """The one-token decoder step under ``torch.compile`` (Inductor) against eager, on one thread.
 
-    python scripts/compile_step.py                       # the shipped Tiny model, greedy rows
-    python scripts/compile_step.py --beam 5              # 64 sentences x 5 beams, reordered
-    python scripts/compile_step.py --big --steps 20      # d 512, 6+6 layers, 32k vocab, random
-    python scripts/compile_step.py --cpp-wrapper         # Inductor's C++ wrapper (no Python)
-    python scripts/compile_step.py --as-is               # the package's step, compiled unchanged
-    python scripts/compile_step.py --aoti                # AOTInductor: export, .pt2, a 2nd process
+    python scripts/experiments/compile_step.py                       # the shipped Tiny model, greedy rows
+    python scripts/experiments/compile_step.py --beam 5              # 64 sentences x 5 beams, reordered
+    python scripts/experiments/compile_step.py --big --steps 20      # d 512, 6+6 layers, 32k vocab, random
+    python scripts/experiments/compile_step.py --cpp-wrapper         # Inductor's C++ wrapper (no Python)
+    python scripts/experiments/compile_step.py --as-is               # the package's step, compiled unchanged
+    python scripts/experiments/compile_step.py --aoti                # what --compile runs; again: the cached package
 
 Times only the decoder step (not the encoder, output projection or search), CPU time
 (``time.process_time``) of ``--steps`` steps over random tokens, eager and compiled rounds
@@ -16,12 +16,11 @@ dimensions (a first graph for ``P + 1 == 1``: sizes 1 are specialized). The firs
 time includes compiling; run again with the same ``TORCHINDUCTOR_CACHE_DIR`` for the
 start-up with Inductor's on-disk cache.
 
-``--aoti``: the step ``--compile`` runs (``seq2seq.model.compiled.package``: exported with
-the model's weights, dynamic rows, memory rows, capacity, cache length and source length),
-compiled by AOTInductor into ``--aoti-dir`` (once: a package already there is reused), then loaded and
-timed in a fresh process, the start-up a second process would pay (the C++ loader; see
-docs/speed.md for ``aoti_load_package``'s). docs/speed.md "A compiled decoder step" has
-figures.
+``--aoti``: the step ``--compile`` runs (``seq2seq.model.compiled.CompiledStep``: exported
+with the model's weights, dynamic rows, memory rows, capacity, cache length and source
+length, compiled by AOTInductor into the package's cache folder once, loaded and checked
+against eager); run it again for a second process's start-up (the package reused).
+docs/speed.md "A compiled decoder step" has figures.
 """
 
 from __future__ import annotations
@@ -29,19 +28,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch._inductor  # noqa: E402
 
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.model.compiled import package, pure_step  # noqa: E402
+from seq2seq.model.compiled import CompiledStep, cache_dir, pure_step  # noqa: E402
 from seq2seq.model.step import decoder_step  # noqa: E402
 from seq2seq.model.transformer import Seq2Seq  # noqa: E402
 
@@ -52,36 +50,16 @@ def cpu_time() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def aoti_package(model, path: Path, group: int) -> None:
-    """``seq2seq.model.compiled.package`` (what ``--compile`` runs), timed."""
+def aoti_step(model, group: int):
+    """What ``--compile`` runs: the package's :class:`CompiledStep`, made (or found in the
+    cache folder) and checked against eager, timed; its calls are the decoder step."""
     torch._inductor.config.compile_threads = 1  # g++ as reaped children: their CPU counted
     wall, cpu = time.time(), cpu_time()
-    with torch.no_grad():
-        package(model, group, path)
-    print(f"export + AOTInductor compile: {cpu_time() - cpu:.1f} s CPU (with the compiler's), "
-          f"{time.time() - wall:.1f} s wall -> {path}", flush=True)
-
-
-def aoti_loaded(path: Path):
-    """The package's step through the C++ loader, timed (a second process's start-up), and
-    ``aoti_load_package``'s time after it (its device check runs compilers: seconds)."""
-    wall, cpu = time.time(), cpu_time()
-    loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
-    print(f"load in a fresh process, C++ loader: {cpu_time() - cpu:.2f} s CPU, "
-          f"{time.time() - wall:.2f} s wall", flush=True)
-    wall, cpu = time.time(), cpu_time()
-    torch._inductor.aoti_load_package(str(path))
-    print(f"then aoti_load_package: {cpu_time() - cpu:.2f} s CPU, "
-          f"{time.time() - wall:.2f} s wall", flush=True)
-    pos = torch.empty(8192)  # its first P + 1 entries: the cache length as a size
-
-    def step(model, tokens, cache):
-        attn = model.decoder.layers[0].self_attn
-        layouts = cache.cross_layout()
-        cache.extend(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
-        flat = [tokens, *(t for kv in cache.buffers for t in kv),
-                *(t for layout in layouts for t in layout), pos[: cache.length]]
-        return loader.boxed_run(flat)[0]  # the export's input order, flattened
+    step = CompiledStep(model)
+    if step.prepare(model, group) is None:
+        raise SystemExit("compile_step.py: the compiled step failed (its note says why)")
+    print(f"made or loaded (with its check against eager): {cpu_time() - cpu:.1f} s CPU (with "
+          f"the compiler's), {time.time() - wall:.1f} s wall; cached in {cache_dir()}", flush=True)
     return step
 
 
@@ -111,9 +89,7 @@ def parse(argv):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpp-wrapper", action="store_true")
     ap.add_argument("--as-is", action="store_true", help="compile seq2seq.model.step unchanged")
-    ap.add_argument("--aoti", action="store_true", help="AOTInductor, timed in a fresh process")
-    ap.add_argument("--aoti-dir", type=Path, default=Path("/tmp/seq2seq-aoti"))
-    ap.add_argument("--aoti-run", type=Path, help=argparse.SUPPRESS)  # the fresh process
+    ap.add_argument("--aoti", action="store_true", help="the package --compile runs (AOTInductor)")
     return ap.parse_args(argv)
 
 
@@ -160,26 +136,12 @@ def compare(args, run, fast, label: str, out) -> str:
             f"max |diff| {(out - ref).abs().max().item():.2e}")
 
 
-def aoti(args, argv) -> None:
-    """Package the step unless ``--aoti-dir`` has it, then time it in a fresh process."""
-    name = f"{'big' if args.big else Path(args.model).stem}-beam{args.beam}.pt2"
-    path = args.aoti_dir / name
-    if path.exists():
-        print(f"{path} exists: not compiled again", flush=True)
-    else:
-        model, _ = setup(args)
-        aoti_package(model, path, args.beam)
-    subprocess.run([sys.executable, __file__, *argv, "--aoti-run", str(path)], check=True)
-
-
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv)
-    if args.aoti:
-        return aoti(args, [a for a in argv if a != "--aoti"])
     model, run = setup(args)
-    if args.aoti_run:
-        fast = aoti_loaded(args.aoti_run)
+    if args.aoti:
+        fast = aoti_step(model, args.beam)
         _, out, _ = run(fast)
         print(compare(args, run, fast, "AOTInductor", out))
         return
