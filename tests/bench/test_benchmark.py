@@ -369,6 +369,7 @@ def benchmark_script():
     return script
 
 
+@pytest.mark.slow
 def test_script_main_writes_json(ckpt_path, tmp_path, capsys, monkeypatch):
     script = benchmark_script()
     monkeypatch.setattr(T, "load_average", lambda: 0.25)
@@ -438,6 +439,7 @@ def test_opus_size_is_one_command_with_a_cached_model(tmp_path, capsys, monkeypa
     assert "cached" in logs[0] and path.stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_shared_section_policies_and_table():
     """The two thread policies differ only in the environment the measured process gets, and
     one run per (task, policy, busy cores) fills the table with ratios to alone."""

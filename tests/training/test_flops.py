@@ -1,8 +1,10 @@
 """The GEMMs of a step (``training.flops.step_gemms``): what a plain torch.mm/bmm is timed at
-to give a training step's practical peak (the benchmark's gemm section)."""
+to give a training step's practical peak (the benchmark's gemm section); the FLOPs the
+module tells Lightning's ThroughputMonitor are what torch's FLOP counter measures."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import replace
@@ -164,3 +166,49 @@ def test_gemm_section_rows_and_table(tmp_path):
         assert r["fraction"] == pytest.approx(r["gemm_s"] / r["step_s"]) and r["fraction"] > 0
         assert table_cells(table, r["precision"])[5] == f"{r['fraction']:.2f}"
     json.dumps(res)
+
+
+# ---------------------------------------------------------------- FLOPs for ThroughputMonitor
+FLOPS_CASES = {
+    "post": {},
+    "pre-rope": dict(norm_position="pre", positional="rope"),
+    "dk!=dv-separate-vocab": dict(d_k=4, d_v=12, share_embeddings=False, tgt_vocab_size=37,
+                                  encoder_layers=1),
+}
+
+
+@pytest.mark.parametrize("loss", ["plain", "fused"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "validate"])
+@pytest.mark.parametrize("overrides", FLOPS_CASES.values(), ids=FLOPS_CASES.keys())
+def test_flops_per_batch_equals_torch_flop_counter(overrides, training, loss):
+    """What the module tells ThroughputMonitor = what torch's FLOP counter measures on the
+    same batch (forward + backward when training, forward alone when validating). The
+    reference runs the plain loss: the fused one does the same matmuls (training/loss.py),
+    but one of them in place (``addmm_``), which the counter does not see."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from seq2seq.config import ModelConfig, OptimConfig
+    from seq2seq.data.batch import collate
+    from seq2seq.model import Seq2Seq
+    from seq2seq.training.module import Seq2SeqModule
+
+    arch = ModelConfig(**{**dict(src_vocab_size=41, tgt_vocab_size=41, d_model=16, n_heads=2,
+                                 d_ff=24, encoder_layers=2, decoder_layers=3, dropout=0.0),
+                          **overrides})
+    batch = collate([{"src_ids": list(range(4, 4 + n)), "tgt_ids": list(range(5, 5 + m))}
+                     for n, m in ((7, 5), (3, 9), (5, 2))])  # padded both sides
+
+    def run(kind: str, counter=None) -> int | None:
+        module = Seq2SeqModule(arch, OptimConfig(loss=kind))
+        module.model = Seq2Seq(arch)
+        module.train(training)
+        with counter or contextlib.nullcontext(), torch.set_grad_enabled(training):
+            value, _ = module.loss(batch)
+            if training:
+                value.backward()
+        return module.flops_per_batch
+
+    counter = FlopCounterMode(display=False)
+    run("plain", counter)
+    assert run(loss) == counter.get_total_flops() > 0

@@ -274,10 +274,15 @@ def checkpoint_dirpath(cli) -> Path:
     (["multi30k_de_en_tiny.yaml", "quickstart.yaml"], "runs/quickstart"),  # scripts/quickstart.sh reads it
 ], ids=lambda x: "+".join(x) if isinstance(x, list) else None)
 def test_shipped_configs_keep_checkpoints_in_runs_name_checkpoints(configs, root, tmp_path, monkeypatch):
+    """Every snapshot (last, best by BLEU, the steps) beside last.ckpt, not in
+    lightning_logs/version_N."""
     monkeypatch.chdir(tmp_path)  # relative paths resolve here; nothing is trained
     monkeypatch.setattr(sys, "argv", ["seq2seq-train"])  # LightningCLI also looks at sys.argv
     args = [a for c in configs for a in ("--config", str(ROOT / "configs" / c))]
-    assert checkpoint_dirpath(build_cli(args, run=False)) == tmp_path / root / "checkpoints"
+    cli = build_cli(args, run=False)
+    assert checkpoint_dirpath(cli) == tmp_path / root / "checkpoints"
+    folders = {c.dirpath for c in cli.trainer.callbacks if isinstance(c, ModelCheckpoint)}
+    assert folders == {str(tmp_path / root / "checkpoints")}
 
 
 def test_shipped_recipes_are_bounded_by_updates():

@@ -1,83 +1,20 @@
-"""Hostile input to ``seq2seq-train`` (issue 14): every refusal before the first step is one
-line on stderr with exit status 2; ``--ckpt_path`` and ``--model.init_from`` checkpoints are
-verified; and kill -9 at random moments never leaves an unreadable checkpoint or a stray
-file, and resuming gives the weights of the uninterrupted run."""
+"""``seq2seq-train`` refuses bad input before the first step in one line on stderr (exit status
+2): options, configs, data files, and ``--ckpt_path``/``--model.init_from``/
+``--data.data.tokenizer_from`` checkpoints, which are verified; what it accepts from them
+(an average's weights, a shipped model's tokenizers) is used as given."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import multi30k_lines
+from helpers import run_train, train_args
 
 from seq2seq.averaging import average
 from seq2seq.checkpoint import load_checkpoint, model_state
-from seq2seq.cli.average import select
 from seq2seq.cli.train import main as train_main
-from seq2seq.files import lock_folder, unlock
-from seq2seq.training.module import Seq2SeqModule
-
-ROOT = Path(__file__).resolve().parents[1]
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, Path]:
-    """600 training and 40 validation pairs of Multi30k de-en as text, plus bad files."""
-    d = tmp_path_factory.mktemp("train_corpus")
-    files = {}
-    for split, n in (("train", 600), ("val", 40)):
-        for lang in ("de", "en"):
-            files[f"{split}_{lang}"] = d / f"{split}.{lang}"
-            files[f"{split}_{lang}"].write_text("\n".join(multi30k_lines(lang, n, split)) + "\n",
-                                                encoding="utf-8")
-    files["bad_utf8"] = d / "bad.de"
-    files["bad_utf8"].write_bytes(files["train_de"].read_bytes()[:-30] + b"\xff\xfe kaputt\n")
-    for side in ("de", "en"):
-        files[f"empty_{side}"] = d / f"empty.{side}"
-        files[f"empty_{side}"].write_text("\n\n", encoding="utf-8")
-    files["cache"] = d / "cache"
-    configs = {"empty": "\n# nothing but a comment\n\n", "recursive": "trainer: &a [*a]\n",
-               # nine-fold nesting, 9**10 leaves once expanded: the "billion laughs"
-               "laughs": "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
-                   f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 11))}
-    for name, text in configs.items():
-        files[f"{name}_config"] = d / f"{name}.yaml"
-        files[f"{name}_config"].write_text(text, encoding="utf-8")
-    return files
-
-
-def args(c: dict[str, Path], root: Path, steps: int = 2, *extra: str) -> list[str]:
-    """A tiny run on ``c``: no validation, a snapshot every 2 steps, checkpoints in root."""
-    return [
-        "fit", "--config", SMOKE, "--data.data.corpus", "null",
-        "--data.data.train_src", str(c["train_de"]), "--data.data.train_tgt", str(c["train_en"]),
-        "--data.data.valid_src", str(c["val_de"]), "--data.data.valid_tgt", str(c["val_en"]),
-        "--data.data.cache_dir", str(c["cache"]), "--data.data.tokenizer.vocab_size", "300",
-        "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "0",
-        "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(root),
-        "--checkpoint.monitor", "null", "--checkpoint.save_top_k", "-1",
-        "--checkpoint.filename", "step{step:06d}", "--checkpoint.every_n_train_steps", "2",
-        *extra,
-    ]
-
-
-def train(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["seq2seq-train"])  # LightningCLI also looks at sys.argv
-    code = 0
-    try:
-        train_main(argv)
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +23,7 @@ def trained(corpus, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("trained")
     mp = pytest.MonkeyPatch()
     mp.setattr(sys, "argv", ["seq2seq-train"])
-    train_main(args(corpus, root))
+    train_main(train_args(corpus, root))
     mp.undo()
     last = root / "checkpoints" / "last.ckpt"
     average([last], root / "avg.ckpt")
@@ -175,7 +112,7 @@ def test_train_refusals_are_one_line(extra, words, corpus, trained, tmp_path, ca
         pytest.skip("this machine has the device")
     extra = extra(corpus, trained) if callable(extra) else extra
     before = {p: p.read_bytes() for p in trained["root"].glob("*.ckpt")}
-    code, err = train(args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
+    code, err = run_train(train_args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
     # one error line, last (data preparation may have drawn its progress bars before it)
     lines = err.strip().splitlines()
     assert code == 2 and lines[-1].startswith("seq2seq-train: error: "), err
@@ -193,7 +130,7 @@ def test_init_from_an_average_starts_from_its_weights_and_tokenizers(corpus, tra
     extra = ["--model.init_from", str(trained["avg"]), "--model.optim.lr", "1e-30",
              "--data.data.tokenizer.vocab_size", "250", "--model.arch.dropout", "0.25",
              "--trainer.logger", "false"]  # no logger: the lr monitor steps aside
-    code, err = train(args(corpus, tmp_path, 2, *extra), capsys, monkeypatch)
+    code, err = run_train(train_args(corpus, tmp_path, 2, *extra), capsys, monkeypatch)
     assert code == 0, err
     out, start = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt"), load_checkpoint(trained["avg"])
     assert out["global_step"] == 2 and out["optimizer_states"][0]["state"][0]["step"] == 2
@@ -211,7 +148,7 @@ def test_tokenizer_from_a_shipped_model_gives_its_vocabulary_to_a_new_model(corp
     cache = tmp_path / "cache"
     extra = ["--data.data.tokenizer_from", "multi30k_de_en_tiny", "--trainer.logger", "false",
              "--data.data.cache_dir", str(cache)]
-    code, err = train(args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
+    code, err = run_train(train_args(corpus, tmp_path / "run", 2, *extra), capsys, monkeypatch)
     assert code == 0, err
     out, given = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt"), load_checkpoint("multi30k_de_en_tiny")
     assert out["seq2seq"]["tokenizers"] == given["seq2seq"]["tokenizers"]
@@ -219,96 +156,3 @@ def test_tokenizer_from_a_shipped_model_gives_its_vocabulary_to_a_new_model(corp
     assert arch["src_vocab_size"] == theirs["src_vocab_size"] == 8000  # not the configured 300
     assert arch["d_model"] != theirs["d_model"]  # the smoke shape, not the shipped one
     assert list(cache.rglob("*.arrow")) and not list(cache.rglob("*.model"))  # data tokenized, no tokenizer trained
-
-
-# ---------------------------------------------------------------- kill -9
-def _start(c, root: Path, steps: int) -> subprocess.Popen:
-    saved = sorted((root / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    last = root / "checkpoints" / "last.ckpt"  # else a kill came between a snapshot and last
-    resume = ["--ckpt_path", str(last if last.exists() else saved[-1])] if saved else []
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "seq2seq.cli.train", *args(c, root, steps, *resume)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=root.parent)
-
-
-def _kill_at_random(proc: subprocess.Popen, folder: Path, rng: random.Random) -> str:
-    """kill -9 ``proc`` a random moment after its next checkpoint write began (or during
-    start-up, one time in four); returns what happened, for the failure message."""
-    def stamp():
-        return sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*")) if folder.is_dir() else []
-
-    before, t0 = stamp(), time.monotonic()
-    early = rng.random() < 0.25
-    while proc.poll() is None and not early and stamp() == before and time.monotonic() - t0 < 60:
-        time.sleep(0.005)
-    delay = rng.uniform(0, 0.4) if not early else rng.uniform(0.5, 4.0)
-    time.sleep(delay)
-    if proc.poll() is not None:
-        return f"finished before the kill (rc {proc.returncode})"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    return f"killed {'during start-up' if early else 'after a write began'} (+{delay:.2f} s)"
-
-
-def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(corpus, tmp_path):
-    steps, seed = 16, random.randrange(2**32)
-    rng = random.Random(seed)
-    reference = _start(corpus, tmp_path / "reference", steps)  # alongside, uninterrupted
-    run, history = tmp_path / "killed", []
-    folder = run / "checkpoints"
-    for _ in range(5):
-        proc = _start(corpus, run, steps)
-        history.append(_kill_at_random(proc, folder, rng))
-        for ckpt in folder.glob("*.ckpt"):  # whatever the moment, every checkpoint loads
-            load_checkpoint(ckpt)
-    # a save the last kill cut short, as it looks on disk: removed at the next start
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f".last.ckpt.{proc.pid}.x1y2z3.tmp").write_bytes(b"half a checkpoint")
-    final = _start(corpus, run, steps)
-    assert final.wait(timeout=300) == 0, final.stderr.read().decode()[-3000:]
-    assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()[-3000:]
-    where = f"seed {seed}: {history}"
-    names = sorted(p.name for p in folder.iterdir())
-    assert not [n for n in names if n.endswith(".tmp") or "-v" in n], (where, names)
-    assert len(select(folder, last=100, best=None)) == steps // 2, (where, names)
-    ours = load_checkpoint(folder / "last.ckpt")
-    theirs = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
-    assert ours["global_step"] == theirs["global_step"] == steps
-    for name, w in model_state(theirs).items():
-        torch.testing.assert_close(model_state(ours)[name], w, rtol=0, atol=1e-6, msg=where)
-
-
-# ---------------------------------------------------------------- one run per folder
-def test_a_run_folder_in_use_is_refused_and_released_when_its_holder_dies(corpus, tmp_path, capsys,
-                                                                           monkeypatch):
-    """The lock is what the training takes (flock on the folder); the OS releases it when
-    its holder dies, even by kill -9; the run holds it until it ends."""
-    root = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from seq2seq.cli.train_checks import "
-         f"lock_run_folders; lock_run_folders([('x', __import__('pathlib').Path({str(root)!r}))]); "
-         "print('locked', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, env=env)
-    try:
-        assert holder.stdout.readline() == b"locked\n"
-        code, err = train(args(corpus, root), capsys, monkeypatch)
-        assert code == 2 and err.strip().splitlines()[-1].startswith("seq2seq-train: error: "), err
-        assert "--trainer.default_root_dir" in err and "another process is using it" in err, err
-        assert not list(root.rglob("*.ckpt"))
-    finally:
-        holder.kill()
-        holder.wait()
-    seen = []
-
-    def probe(module, batch, batch_idx):  # during the run: is the folder still locked?
-        try:
-            unlock(lock_folder(root, "probe"))
-            seen.append("free")
-        except ValueError:
-            seen.append("locked")
-
-    monkeypatch.setattr(Seq2SeqModule, "on_train_batch_start", probe, raising=False)
-    code, err = train(args(corpus, root), capsys, monkeypatch)
-    assert code == 0, err
-    assert seen == ["locked", "locked"]
-    unlock(lock_folder(root, "after the run"))  # released at the end, in-process too
