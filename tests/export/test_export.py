@@ -458,7 +458,7 @@ def test_ct2_folder_alone_translates_shipped_model_as_ours(ct2, tmp_path):
     from seq2seq.decoding.translator import Translator
 
     out = export(SHIPPED, "ctranslate2", tmp_path / "ct2")
-    lines = (SHIPPED.parents[2] / "multi30k" / "test_2016_flickr.de.gz")
+    lines = (SHIPPED.parents[1] / "multi30k" / "test_2016_flickr.de.gz")
     with gzip.open(lines, "rt", encoding="utf-8") as f:
         texts = [next(f).strip() for _ in range(8)]
     sp_src = sentencepiece.SentencePieceProcessor(model_file=str(out / "source.model"))
