@@ -8,6 +8,8 @@ right place to land:
 - ``upper``: the sentence uppercased; every run's words keep their formatting.
 - ``reverse_words``: the words in reverse order; formatting follows each word to its new
   place (a run of several words may then cover words between them).
+- ``Fake``: each sentence as is (or its tokens reversed), aligned token to token, recording
+  what it was asked; ``split``: sentences that end at a full stop.
 """
 
 from __future__ import annotations
@@ -60,3 +62,34 @@ def reverse_words(sentences: list[str]) -> list[Aligned]:
 
 
 TRANSLATORS = {"identity": identity, "upper": upper, "reverse_words": reverse_words}
+
+
+TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def split(text: str) -> list[tuple[int, int]]:
+    """Sentences end at a full stop (enough for these tests; the real segmenter is tested
+    on its own); every character is in one (what a splitter leaves out is kept as it is)."""
+    return [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.?|\.+", text)]
+
+
+class Fake:
+    """A translator that returns each sentence as is (or its tokens reversed), aligned token
+    to token, and records what it was asked."""
+
+    def __init__(self, reverse: bool = False):
+        self.reverse, self.calls = reverse, []
+
+    def __call__(self, sentences: list[str]) -> list[Aligned]:
+        self.calls.append(list(sentences))
+        return [self.one(s) for s in sentences]
+
+    def one(self, s: str) -> Aligned:
+        if not self.reverse:
+            return Aligned(s, [(m.start(), m.end(), m.start(), m.end()) for m in TOKEN.finditer(s)])
+        text, links = "", []
+        for m in reversed(list(TOKEN.finditer(s))):
+            text += " " if text else ""
+            links.append((len(text), len(text) + len(m.group()), m.start(), m.end()))
+            text += m.group()
+        return Aligned(text, links)

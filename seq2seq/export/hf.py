@@ -105,7 +105,7 @@ _EARLY_STOPPING = {"heuristic": False, "exact": "never"}
 _LENGTH_PENALTY = {"average": 1.0, "none": 0.0}
 # Every DecodingConfig field is either written into the generation config (field -> the
 # GenerationConfig fields that carry it) or named here with why HF cannot hold it: a new
-# search option must be placed in one of the two (tests/test_export_hf.py checks it).
+# search option must be placed in one of the two (tests/export/test_export_hf.py checks it).
 HELD_BY_HF = {
     "method": ("num_beams", "do_sample"),
     "beam_size": ("num_beams",),

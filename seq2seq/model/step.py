@@ -19,7 +19,7 @@ layer on 2-D and 3-D tensors:
 ``Seq2Seq.decode_hidden`` takes this path for a one-token cached step in eval mode with
 no weights requested and sinusoidal or learned positions; everything else, and the
 reference every search is tested against (uncached decoding), goes through the layers.
-Tests hold both paths equal (``tests/test_model.py``).
+Tests hold both paths equal (``tests/model/test_model.py``).
 """
 
 from __future__ import annotations
