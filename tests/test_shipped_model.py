@@ -4,6 +4,7 @@ its committed evaluation JSON when decoded the same way, from the checkpoint fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import DecodingConfig
+from seq2seq.config.decoding import stored_decoding
 from seq2seq.data.sources import read_lines
 from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import all_scores
@@ -57,8 +58,8 @@ def test_shipped_model_is_small_half_precision(pair, model):
 def test_shipped_model_reproduces_its_evaluation(model, record):
     assert record is not None, f"{model.with_suffix('.json')} is missing"
     # a record written before the n-gram rule existed was decoded without it
-    decoding = DecodingConfig(**{"no_repeat_ngram_size": 0, **record["decoding"]})
-    translator = Translator.from_checkpoint(model, decoding)
+    decoding, load = stored_decoding({"no_repeat_ngram_size": 0, **record["decoding"]})
+    translator = Translator.from_checkpoint(model, decoding, **dataclasses.asdict(load))
     src = read_lines(ROOT / record["source"])
     refs = read_lines(ROOT / record["reference"])
     scores = all_scores(translator.translate(src), refs)

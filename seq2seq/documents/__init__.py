@@ -11,6 +11,7 @@ from pathlib import Path
 from seq2seq.documents.align import Aligned, SentenceTranslator, sentence_translator
 from seq2seq.documents.formats import (
     DocumentError,
+    OptionError,
     decode_text,
     translate_docx,
     translate_srt,
@@ -91,20 +92,24 @@ def is_document(path: str | None, output: str | None) -> bool:
 def plan_output(path: str, output: str | None, target: str | None, force: bool) -> Path:
     """The file to write: ``--output`` or ``name.<target>.ext`` beside the input; an existing
     file only with ``force``, never the input itself; a one-line error otherwise."""
-    from seq2seq.files import check_regular_file, kind_of
+    from seq2seq.files import kind_of
 
-    check_regular_file(path, "--input")
+    if (kind := kind_of(path)) == "missing":
+        raise OptionError("{input} not found: {path}", path=path)
+    if kind is not None:
+        raise OptionError("{input} {path}: is {kind}, not a regular file", path=path, kind=kind)
     check_format(path)
     out = Path(output) if output else output_path(path, target)
     if output and suffix(output) != suffix(path):
-        raise DocumentError(f"--output {output}: must have the input's extension {suffix(path)}")
+        raise OptionError("{output} {path}: must have the input's extension {ext}",
+                          path=output, ext=suffix(path))
     what = kind_of(out)
     if what not in ("missing", None):
-        raise DocumentError(f"--output {out}: is {what}; give a file name")
+        raise OptionError("{output} {path}: is {what}; give a file name", path=out, what=what)
     if what is None and os.path.samefile(out, path):
-        raise DocumentError(f"--output {out}: is the input; choose another name")
+        raise OptionError("{output} {path}: is the input; choose another name", path=out)
     if what is None and not force:
-        raise DocumentError(f"--output {out}: exists; add --force to replace it")
+        raise OptionError("{output} {path}: exists; add {force} to replace it", path=out)
     return out
 
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
+from seq2seq.fields import FieldError
 from seq2seq.text.segment import spacer
 
 MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
@@ -31,6 +32,10 @@ MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 
 class DocumentError(ValueError):
     """A document that cannot be read as what its name says (one line, no traceback)."""
+
+
+class OptionError(DocumentError, FieldError):
+    """A document's input or output refused, naming the option (``{output}``)."""
 
 
 def plan_texts(texts: list[str], split: Splitter) -> list[list[tuple[int, int]]]:

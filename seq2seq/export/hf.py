@@ -129,12 +129,6 @@ NOT_HELD_BY_HF = {
     "split_sentences": "cutting texts into sentences happens before the model (Translator)",
     "max_sentence_tokens": "as split_sentences: clause cuts before the model",
     "skip_ratio": "flags outputs after the search; it changes none",
-    "compute_type": "how our model's linear layers run on this CPU; the exported weights are "
-                    "float32, and HF's dtype is the caller's (torch_dtype)",
-    "shortlist": "the vocabulary shortlist's table stays in our checkpoint; HF generate "
-                 "scores the whole vocabulary",
-    "compile": "how our decoder step runs on this CPU (an AOTInductor package); HF's "
-               "generate has its own (torch.compile)",
 }
 
 

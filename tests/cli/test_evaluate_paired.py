@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.cli import evaluate as cli
-from seq2seq.cli.translate import _one_line
+from seq2seq.cli.common import one_line
 from seq2seq.data.sources import read_lines
 from seq2seq.decoding.translator import Translator
 
@@ -185,7 +185,7 @@ def test_ensemble_of_two_is_one_system(paired, tmp_path):
     src = read_lines(Path(record["source"]))[:LIMIT]
     ensemble = Translator.from_checkpoints([TEACHER_PATH, ROOT / "data/models" / f"{STUDENT}.ckpt"])
     hyps = read_lines(Path(record["hypotheses"]))
-    assert hyps == [_one_line(h) for h in ensemble.translate(src)]
+    assert hyps == [one_line(h) for h in ensemble.translate(src)]
     members = [read_lines(Path(r["hypotheses"])) for r in paired["records"]]
     assert all(hyps != m for m in members)
 

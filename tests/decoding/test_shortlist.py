@@ -3,7 +3,6 @@ each batch's candidates (``--shortlist``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from pathlib import Path
 
@@ -244,7 +243,7 @@ def test_bad_input_is_one_line_exit_2(case, ckpt, corpus, tmp_path, one_thread):
 
 def test_shortlist_without_a_table_is_refused_clearly(ckpt, tmp_path, one_thread):
     with pytest.raises(ValueError, match="no shortlist table.*seq2seq-shortlist"):
-        Translator.from_checkpoint(ckpt, DecodingConfig(shortlist=True))
+        Translator.from_checkpoint(ckpt, shortlist=True)
     with pytest.raises(ValueError, match="no shortlist table"):
         Translator.from_checkpoints([ckpt, ckpt], shortlist=True)
     code, _, err = run_main(translate_main, ["-m", str(ckpt), "--shortlist"], b"Hallo Welt\n")
@@ -252,13 +251,13 @@ def test_shortlist_without_a_table_is_refused_clearly(ckpt, tmp_path, one_thread
     assert "no shortlist table" in err
 
 
-def test_decoding_flag_sets_the_config():
+def test_the_flag_is_a_load_option_not_a_search_setting():
+    from seq2seq.cli.common import decoding_from_args, load_from_args
     from seq2seq.cli.translate import build_parser
-    from seq2seq.config.decoding import decoding_from_args
 
-    on = decoding_from_args(build_parser().parse_args(["-m", "x", "--shortlist"]))
-    off = decoding_from_args(build_parser().parse_args(["-m", "x"]))
-    assert on == dataclasses.replace(off, shortlist=True) and not off.shortlist
+    on, off = (build_parser().parse_args(["-m", "x", *flag]) for flag in (["--shortlist"], []))
+    assert load_from_args(on)["shortlist"] is True and load_from_args(off)["shortlist"] is None
+    assert decoding_from_args(on) == decoding_from_args(off)
 
 
 def test_multilingual_model_needs_a_corpus_and_keeps_its_tags(corpus, tmp_path, one_thread):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from helpers import run_main, tiny_random_model
 
 import seq2seq.model.compute as compute
-from seq2seq.config import ConfigError, DecodingConfig
+from seq2seq.config import ConfigError, DecodingConfig, LoadConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import bleu
 
@@ -133,7 +133,8 @@ def test_auto_is_never_slower_than_float32_for_a_small_model(monkeypatch):
 
 def test_bfloat16_without_native_bf16_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(compute, "native_bf16", lambda: False)
-    with pytest.raises(ValueError, match="--compute-type bfloat16: this CPU has no native"):
+    # the library names its argument; the CLI, its flag (below)
+    with pytest.raises(ValueError, match="^compute_type bfloat16: this CPU has no native"):
         compute.prepare(tiny_random_model(20), "bfloat16")
     from seq2seq.cli.translate import main
 
@@ -144,8 +145,10 @@ def test_bfloat16_without_native_bf16_is_refused_in_one_line(monkeypatch):
 
 
 def test_the_config_refuses_an_unknown_compute_type():
-    with pytest.raises(ConfigError, match="DecodingConfig.compute_type: 'int4' is not one of"):
-        DecodingConfig(compute_type="int4")
+    with pytest.raises(ConfigError, match="LoadConfig.compute_type: 'int4' is not one of"):
+        LoadConfig(compute_type="int4")
+    with pytest.raises(ConfigError, match="LoadConfig.compute_type: 'int4' is not one of"):
+        Translator.from_checkpoint(SHIPPED, compute_type="int4")
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate", "serve"])
