@@ -21,7 +21,7 @@ from seq2seq.config import DecodingConfig, LoadConfig, ServeConfig
 from seq2seq.config.decoding import load_config, options_of, stored_decoding
 from seq2seq.fields import FieldError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("command", [translate, evaluate, distill])
