@@ -12,12 +12,12 @@ from seq2seq.documents.align import Aligned, SentenceTranslator, sentence_transl
 from seq2seq.documents.formats import (
     DocumentError,
     decode_text,
-    translate_docx,
     translate_srt,
     translate_txt,
 )
 from seq2seq.documents.html import translate_html
 from seq2seq.documents.inline import Splitter, sentence_splitter
+from seq2seq.documents.word import translate_docx
 from seq2seq.extras import install_hint
 
 __all__ = ["Aligned", "DocumentError", "SUFFIXES", "SentenceTranslator", "output_path",
