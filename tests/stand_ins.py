@@ -60,3 +60,14 @@ def reverse_words(sentences: list[str]) -> list[Aligned]:
 
 
 TRANSLATORS = {"identity": identity, "upper": upper, "reverse_words": reverse_words}
+
+
+TOKEN = re.compile(r"\w+|[^\w\s]+")  # words and punctuation apart, as a model's pieces are
+
+
+def by_hand(source: str, target: str, pairs: dict[int, int]) -> Aligned:
+    """``target`` as the translation of ``source``, its token ``k`` (a ``TOKEN`` match)
+    aligned to source token ``pairs[k]``: a made-up alignment that moves words, as a
+    model's does."""
+    src, tgt = ([m.span() for m in TOKEN.finditer(t)] for t in (source, target))
+    return Aligned(target, [(*tgt[k], *src[j]) for k, j in pairs.items()])

@@ -12,6 +12,7 @@ from seq2seq.documents.align import Aligned, SentenceTranslator, sentence_transl
 from seq2seq.documents.formats import (
     DocumentError,
     decode_text,
+    encode_like,
     translate_srt,
     translate_txt,
 )
@@ -33,7 +34,7 @@ def suffix(filename: str) -> str:
 
 def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
           lang: str | None = None, target_lang: str | None = None) -> bytes:
-    return translate_html(decode_text(data, name), translate, split, lang, target_lang).encode()
+    return encode_like(data, translate_html(decode_text(data, name), translate, split, lang, target_lang))
 
 
 FORMATS = {".txt": translate_txt, ".html": _html, ".htm": _html, ".docx": translate_docx,

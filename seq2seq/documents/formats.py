@@ -13,6 +13,7 @@ Each format gathers every sentence of the document first and makes one ``transla
 
 from __future__ import annotations
 
+import codecs
 import re
 
 from seq2seq.documents.align import Aligned, SentenceTranslator
@@ -57,9 +58,14 @@ def decode_text(data: bytes, name: str) -> str:
         raise DocumentError(f"{name}: not UTF-8 text (byte {e.start}: {data[e.start]:#04x})") from None
 
 
+def encode_like(data: bytes, text: str) -> bytes:
+    """``text`` as UTF-8, with the byte order mark ``data`` started with (kept as found)."""
+    return (codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b"") + text.encode()
+
+
 def translate_txt(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
     lines = decode_text(data, name).split("\n")
-    return "\n".join(translate_texts(lines, translate, split)).encode()
+    return encode_like(data, "\n".join(translate_texts(lines, translate, split)))
 
 
 # ---------------------------------------------------------------- subtitles
@@ -79,6 +85,18 @@ def wrap(text: str, lines: int) -> str:
         else:
             current = f"{current} {w}" if current else w
     return "\n".join([*out, current])
+
+
+def rewrap(source: str, done: str) -> str:
+    """A subtitle's translation on as many lines as ``source``: broken where ``source`` is
+    when it has the same words (a name, a number, what the model copied), else by :func:`wrap`."""
+    lines = source.split("\n")
+    if [w.casefold() for w in done.split()] != [w.casefold() for w in source.split()]:
+        return wrap(done, len(lines))
+    words, out = iter(done.split()), []
+    for line in lines:
+        out.append(" ".join(next(words) for _ in line.split()))
+    return "\n".join(out)
 
 
 # A subtitle in italics (or bold, underlined, coloured) as a whole: its tags stay around it.
@@ -116,7 +134,7 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
     wrapped = [wrapping_tags(s.content) for s in subs]
     inner = [m[1] if m else s.content for m, s in zip(wrapped, subs)]
     joined = [" ".join(line.strip() for line in text.split("\n")) for text in inner]
-    for sub, m, done in zip(subs, wrapped, translate_texts(joined, translate, split)):
-        text = wrap(done, sub.content.count("\n") + 1)
+    for sub, m, source, done in zip(subs, wrapped, inner, translate_texts(joined, translate, split)):
+        text = rewrap(source, done)
         sub.content = m[0] + text + m[2] if m else text
-    return srt.compose(subs, reindex=False).encode()
+    return encode_like(data, srt.compose(subs, reindex=False))

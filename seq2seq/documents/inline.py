@@ -88,6 +88,28 @@ def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
             return out
 
 
+_REFERENCE = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def _spelled(items) -> dict[int, str]:
+    """Characters the run's text always wrote as one reference (``&eacute;``, ``&nbsp;``,
+    ``&#228;``) -> that spelling, for :meth:`str.translate`: the output writes them the same
+    way (a page kept in ASCII stays so). Not ``&``, ``<``, ``>`` (always escaped) nor ASCII
+    letters or digits."""
+    spellings: dict[str, set[str]] = {}
+    literal: set[str] = set()
+    for it in items:
+        if it.kind == "text" and "&" in it.raw:
+            for m in _REFERENCE.finditer(it.raw):
+                spellings.setdefault(html.unescape(m.group()), set()).add(m.group())
+            literal.update(_REFERENCE.sub("", it.raw))
+        elif it.kind == "text":
+            literal.update(it.raw)
+    return {ord(ch): next(iter(ways)) for ch, ways in spellings.items()
+            if len(ch) == 1 and len(ways) == 1 and ch not in literal and ch not in "&<>"
+            and not (ch.isascii() and ch.isalnum())}
+
+
 class Run:
     """A run planned: ``sentences`` to translate, then :meth:`render` with their translations."""
 
@@ -106,6 +128,7 @@ class Run:
         self._starts = [u[0] for u in self.units]
         self.sentences = [self.text[s:e] for s, e in self.units]
         self.atoms = self._atoms(ranges)
+        self.spelled = _spelled(items)
 
     def _unit_of(self, a: int, b: int) -> int | None:
         k = bisect_right(self._starts, a) - 1
@@ -118,8 +141,9 @@ class Run:
         for k, it in enumerate(self.items):
             if it.kind != "text":
                 a, b = ranges.get(k, (0, 0))
-                inner = k in self.pairs and a < b
-                atoms.append([self._unit_of(a, b) if inner else None, k, None])
+                unit = self._unit_of(a, b) if k in self.pairs and a < b else None
+                around = unit is not None and [a, b] == list(self.units[unit])
+                atoms.append([None if around else unit, k, None])  # around a unit: kept there
                 continue
             lo, hi = self.pos[k], self.pos[k] + len(it.text)
             cuts = [lo, *edges[bisect_right(edges, lo):bisect_left(edges, hi)], hi]
@@ -140,9 +164,10 @@ class Run:
 
     def render(self, translations: list[Aligned]) -> str:
         """The run as HTML: tags from their raw bytes, text escaped once."""
-        return "".join(self.items[t].raw if isinstance(t, int)
-                       else html.escape(t, quote=False) if isinstance(t, Kept)
-                       else escape_output(t) for t in self.events(translations))
+        out = "".join(self.items[t].raw if isinstance(t, int)
+                      else html.escape(t, quote=False).translate(self.spelled) if isinstance(t, Kept)
+                      else escape_output(t).translate(self.spelled) for t in self.events(translations))
+        return out
 
     def events(self, translations: list[Aligned]) -> list:
         """The run rebuilt as tokens in output order: an item's index (a tag, or a text item
@@ -150,17 +175,23 @@ class Run:
         out: list = []
         done = set()
         self._members: dict[int, list[int]] = {}
-        for unit, k, _ in self.atoms:
+        stray: dict[int, list[tuple[int, int]]] = {}  # text between units, among a unit's tags
+        for unit, k, chunk in self.atoms:
             if unit is not None:
                 self._members.setdefault(unit, []).append(k)
+                if chunk and not self.units[unit][0] <= chunk[0] < self.units[unit][1]:
+                    stray.setdefault(unit, []).append(chunk)
         for unit, k, chunk in self.atoms:
             it = self.items[k]
             if unit is None:
                 whole = chunk is None or chunk == (self.pos[k], self.pos[k] + len(it.text))
                 out.append(k if whole else Kept(self.text[chunk[0]:chunk[1]]))
-            elif unit not in done:
+            elif unit not in done:  # stray text kept, before or after the unit's translation
                 done.add(unit)
+                s, e = self.units[unit]
+                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if y <= s]
                 self._render_unit(unit, translations[unit], out)
+                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if x >= e]
                 out.append(self._space(unit, translations))
         return [t for t in out if t != ""]
 

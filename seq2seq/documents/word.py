@@ -235,7 +235,7 @@ class _Level:
 
     def start_run(self, source, piece: str) -> _Written:
         if self.last is not None and self.pending:
-            self._share(_weight(source))
+            self._share(_weight(self.last.source) <= _weight(source))
         if self.last is None or self.last.source is not source:
             self._new(source, source.text)
         self.last.tail_spaces = len(piece) - len(piece.rstrip())
@@ -243,13 +243,13 @@ class _Level:
         self.pending = ""
         return self.last
 
-    def _share(self, next_weight: int) -> None:
+    def _share(self, words_before: bool) -> None:
         """The run before takes its part of the loose text: the words in it when it is the
         plainer of the two (what no run claimed wears the least formatting), then as many
         spaces as its source text ended with; the next run takes the rest."""
         body = len(self.pending.rstrip())
         k = 0
-        if self.pending[:body].strip() and _weight(self.last.source) <= next_weight:
+        if self.pending[:body].strip() and words_before:
             k = body
         stop = k + self.last.tail_spaces
         while k < min(stop, len(self.pending)) and self.pending[k].isspace():
@@ -270,8 +270,10 @@ class _Level:
         self.pending = ""
 
     def put(self, els: list) -> None:
-        """Elements never changed, after what is written so far."""
-        self.flush()
+        """Elements never changed, after what is written so far: the run before takes its
+        part of the loose text (:meth:`_share`), the rest waits for the run after them."""
+        if self.last is not None and self.pending:
+            self._share(True)  # words no run claimed: to the run before
         for el in els:
             self.parent.append(el)
         self.last = None
@@ -282,18 +284,21 @@ def _structure(levels: list[_Level], kind: str, entry: _Entry, fallback) -> None
     level = levels[-1]
     if kind == "point":
         level.put(entry.els)
-    elif kind == "open" and entry.box:
-        shell = copy.copy(entry.els[0])  # attributes kept; its runs come back as written
-        for child in list(shell):
-            shell.remove(child)
-        level.put([shell])
-        levels.append(_Level(shell, fallback, written=level.written))
     elif kind == "open":
-        level.put(entry.els)
-        levels.append(_Level(level.parent, fallback, written=level.written))
+        shell = None
+        if entry.box:  # a copy with its attributes; its runs come back as written
+            shell = copy.copy(entry.els[0])
+            for child in list(shell):
+                shell.remove(child)
+        level.put([shell] if entry.box else entry.els)
+        inner = _Level(shell if entry.box else level.parent, fallback, written=level.written)
+        inner.pending, level.pending = level.pending, ""  # the spaces its first run began with
+        levels.append(inner)
     else:
-        levels.pop().flush()
+        inner = levels.pop()
+        inner.flush()
         levels[-1].put(entry.els)
+        levels[-1].last = inner.last  # the spaces its last run ended with come after it
 
 
 def _paragraphs(doc):
