@@ -93,3 +93,12 @@ class Fake:
             links.append((len(text), len(text) + len(m.group()), m.start(), m.end()))
             text += m.group()
         return Aligned(text, links)
+PIECE = re.compile(r"\w+|[^\w\s]+")  # words and punctuation runs apart, as a model's pieces are
+
+
+def by_hand(source: str, target: str, pairs: dict[int, int]) -> Aligned:
+    """``target`` as the translation of ``source``, its token ``k`` (a ``PIECE`` match)
+    aligned to source token ``pairs[k]``: a made-up alignment that moves words, as a
+    model's does."""
+    src, tgt = ([m.span() for m in PIECE.finditer(t)] for t in (source, target))
+    return Aligned(target, [(*tgt[k], *src[j]) for k, j in pairs.items()])

@@ -13,12 +13,13 @@ from seq2seq.documents.formats import (
     DocumentError,
     OptionError,
     decode_text,
-    translate_docx,
+    encode_like,
     translate_srt,
     translate_txt,
 )
 from seq2seq.documents.html import translate_html
 from seq2seq.documents.inline import Splitter, sentence_splitter
+from seq2seq.documents.word import translate_docx
 from seq2seq.extras import install_hint
 
 __all__ = ["Aligned", "DocumentError", "SUFFIXES", "SentenceTranslator", "output_path",
@@ -34,7 +35,7 @@ def suffix(filename: str) -> str:
 
 def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
           lang: str | None = None, target_lang: str | None = None) -> bytes:
-    return translate_html(decode_text(data, name), translate, split, lang, target_lang).encode()
+    return encode_like(data, translate_html(decode_text(data, name), translate, split, lang, target_lang))
 
 
 FORMATS = {".txt": translate_txt, ".html": _html, ".htm": _html, ".docx": translate_docx,

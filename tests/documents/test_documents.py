@@ -18,7 +18,7 @@ from stand_ins import Fake, split  # noqa: E402
 
 from seq2seq.documents import DocumentError, translate_document  # noqa: E402
 from seq2seq.documents.align import Aligned  # noqa: E402
-from seq2seq.documents.formats import split_runs, wrap  # noqa: E402
+from seq2seq.documents.formats import wrap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
@@ -154,16 +154,6 @@ def test_docx_keeps_paragraphs_runs_styles_tables_and_headers():
     assert len(fake.calls) == 1  # the merged cell is translated once
 
 
-def test_runs_keep_their_words_and_their_order():
-    texts = ["Ein ", "großer", " Hund."]
-    same = Fake().one("Ein großer Hund.")
-    assert split_runs(texts, [(0, 16)], [same]) == texts
-    moved = Fake(reverse=True).one("Ein großer Hund.")  # ". Hund großer Ein"
-    # "." and "Hund" are the last run's, so what follows cannot go back to earlier runs:
-    # the runs keep their order, no text is lost
-    assert split_runs(texts, [(0, 16)], [moved]) == ["", "", moved.text]
-
-
 @pytest.mark.parametrize("data", [b"PK\x03\x04 not really", b"just text", b""])
 def test_a_docx_that_is_not_a_word_zip_is_refused_in_one_line(data):
     with pytest.raises(DocumentError, match=r"^x\.docx: not a (\.docx file|Word \(\.docx\) document)"):
@@ -195,10 +185,14 @@ def test_every_format_end_to_end_with_the_shipped_model(real):
     out = docx.Document(io.BytesIO(translate_document(_docx(), "a.docx", real, split=split)))
     first = plain.translate(["Ein großer Hund läuft.", "Eine Katze schläft."])
     assert out.paragraphs[0].text == " ".join(first)  # runs rebuilt, text whole
-    assert [r.bold for r in out.paragraphs[0].runs] == [None, True, None, None, None]
-    html = translate_document("<p>Ein <b>großer</b> Hund läuft.</p>".encode(), "a.html", real, split=split)
-    assert re.sub(r"<[^>]+>", "", html.decode()) == plain.translate(["Ein großer Hund läuft."])[0]
-    assert re.findall(r"<[^>]+>", html.decode()) == ["<p>", "<b>", "</b>", "</p>"]
+    html = translate_document("<p>Ein <b>großer</b> Hund läuft. Eine <i>Katze</i> schläft.</p>"
+                              .encode(), "a.html", real, split=split).decode()
+    assert re.sub(r"<[^>]+>", "", html) == " ".join(first)
+    assert re.findall(r"<[^>]+>", html) == ["<p>", "<b>", "</b>", "<i>", "</i>", "</p>"]
+    # the Word runs land on the words the HTML tags do (one projection rule for both)
+    runs = out.paragraphs[0].runs
+    assert "".join(r.text for r in runs if r.bold) == re.search("<b>(.*)</b>", html)[1]
+    assert "".join(r.text for r in runs if r.italic) == re.search("<i>(.*)</i>", html)[1]
 
 
 # ---------------------------------------------------------------- seq2seq-translate --input
