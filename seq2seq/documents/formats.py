@@ -201,11 +201,12 @@ def split_runs(texts: list[str], plan, done: list[Aligned]) -> list[str]:
         pieces += list(zip(owner, al.text))
         cursor = e
     source(cursor, len(text))
-    out, last = [""] * len(texts), 0
+    out: list[list[str]] = [[] for _ in texts]  # joined once: += on a list item copies
+    last = 0
     for r, piece in pieces:
         last = max(last, r)
-        out[last] += piece
-    return out
+        out[last].append(piece)
+    return ["".join(run) for run in out]
 
 
 # What python-docx raises on a package it cannot read (a part missing, a relationship to

@@ -34,14 +34,15 @@ def carry(texts: list[str], plan: list[tuple[int, int]], done: list[Aligned]) ->
     bounds = [0]
     for t in texts:
         bounds.append(bounds[-1] + len(t))
-    out, r, cursor = [""] * len(texts), 0, 0
+    out: list[list[str]] = [[] for _ in texts]  # joined at the end: += on a list item copies
+    r, cursor = 0, 0
 
     def keep(lo: int, hi: int) -> None:  # text between units: each character in its run
         nonlocal r
         while lo < hi:
             while bounds[r + 1] <= lo:
                 r += 1
-            out[r] += texts[r][lo - bounds[r]:min(hi, bounds[r + 1]) - bounds[r]]
+            out[r].append(texts[r][lo - bounds[r]:min(hi, bounds[r + 1]) - bounds[r]])
             lo = min(hi, bounds[r + 1])
 
     for (s, e), al in zip(plan, done):
@@ -54,10 +55,10 @@ def carry(texts: list[str], plan: list[tuple[int, int]], done: list[Aligned]) ->
         local = [texts[k][max(s, bounds[k]) - bounds[k]:min(e, bounds[k + 1]) - bounds[k]]
                  for k in range(r, last + 1)]
         for k, new in enumerate(split_runs(local, [(0, e - s)], [al])):
-            out[r + k] += new
+            out[r + k].append(new)
         cursor = e
     keep(cursor, bounds[-1])
-    return out
+    return ["".join(pieces) for pieces in out]
 
 
 class Paragraphs:
