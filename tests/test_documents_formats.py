@@ -314,6 +314,77 @@ def test_carry_is_split_runs_a_unit_at_a_time(texts, data):
     assert carry(texts, plan, done) == split_runs(texts, plan, done)
 
 
+# ---------------------------------------------------------------- hostile shapes: linear time
+def slides_package(paragraph: str) -> bytes:
+    """The least .pptx the reader takes: one slide holding one paragraph."""
+    p, a = ("http://schemas.openxmlformats.org/presentationml/2006/main",
+            "http://schemas.openxmlformats.org/drawingml/2006/main")
+    kind = "application/vnd.openxmlformats-officedocument.presentationml."
+    types = ('<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+             f'<Override PartName="/ppt/presentation.xml" ContentType="{kind}presentation.main+xml"/>'
+             f'<Override PartName="/ppt/slides/slide1.xml" ContentType="{kind}slide+xml"/></Types>')
+    return package({"[Content_Types].xml": types, "ppt/presentation.xml": f'<p:presentation xmlns:p="{p}"/>',
+                    "ppt/slides/slide1.xml": f'<p:sld xmlns:p="{p}" xmlns:a="{a}"><a:p>{paragraph}</a:p></p:sld>'})
+
+
+def _odt_paragraph(n: int, piece: str) -> bytes:
+    return odf(body=f"<office:text><text:p>{piece * n}</text:p></office:text>")
+
+
+HOSTILE = {  # name -> (extension, the document with n repetitions of its part)
+    "odt spans": (".odt", lambda n: _odt_paragraph(n, "<text:span>Wort.</text:span> ")),
+    "odt spans across sentences": (".odt", lambda n: _odt_paragraph(n, "<text:span>a. b</text:span> ")),
+    "odt spaces": (".odt", lambda n: _odt_paragraph(n, "a<text:s/>")),
+    "pptx runs": (".pptx", lambda n: slides_package("<a:r><a:t>Wort. </a:t></a:r>" * n)),
+    "pptx one sentence": (".pptx", lambda n: slides_package("<a:r><a:t>Wort </a:t></a:r>" * n)),
+    "epub paragraphs": (".epub", lambda n: epub(XHTML.replace("<h1>", "<p>Ein Satz.</p>" * n + "<h1>"))),
+}
+
+
+def _seconds(shape: str, n: int, best_of: int = 1) -> float:
+    """The best time, the garbage collector paused (its full collections grow with the
+    live heap, not with the work); the translator changes every text, so all is written."""
+    import gc
+    import time
+
+    kind, make = HOSTILE[shape]
+    data, best = make(n), float("inf")
+    for _ in range(best_of):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            translate_document(data, "a" + kind, lambda s: [Aligned(x.upper()) for x in s], split=split)
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+    return best
+
+
+@pytest.mark.parametrize("shape", list(HOSTILE))
+def test_hostile_shapes_take_linear_time(shape):
+    n = 100
+    while _seconds(shape, n) < 0.03:
+        n *= 2
+    small, large = _seconds(shape, n, best_of=3), _seconds(shape, 10 * n)
+    assert large / small < 25, f"{shape}: {n} took {small:.3f} s, {10 * n} took {large:.3f} s"
+    assert _seconds(shape, _megabyte(shape)) < 10  # a quadratic's small constant shows here
+
+
+def _megabyte(shape: str) -> int:
+    """The repetitions that make the shape's parts unpack to about 1 MB."""
+    def unpacked(n):
+        with zipfile.ZipFile(io.BytesIO(HOSTILE[shape][1](n))) as z:
+            return sum(i.file_size for i in z.infolist())
+    return 2**20 // (unpacked(101) - unpacked(100))
+
+
+def test_nesting_deeper_than_xml_readers_go_is_refused_in_one_line():
+    deep = "<text:span>a " * 300 + "</text:span>" * 300
+    with pytest.raises(DocumentError, match=r"^a\.odt: not an OpenDocument text .*Excessive depth"):
+        translate_document(_odt_paragraph(1, deep), "a.odt", identity, split=split)
+
+
 # ---------------------------------------------------------------- refused in one line
 def _bomb(kind: str) -> bytes:
     with zipfile.ZipFile(io.BytesIO(MAKE[kind]())) as z:
