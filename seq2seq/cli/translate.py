@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     add_direction_args(ap)
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE; a document "
-                    "(.html, .htm, .docx, .srt) is translated into a file of its kind")
+                    "(.html, .htm, .docx, .srt, .odt, .odp, .pptx, .epub) is translated into a file "
+                    "of its kind")
     ap.add_argument("--output", "-o", metavar="FILE", help="where a document goes (default: "
                     "NAME.<target>.EXT beside the input; a .txt input with --output is a document)")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",

@@ -1,6 +1,6 @@
-"""Documents in, documents out: ``.txt``, ``.html``/``.htm``, ``.docx`` and ``.srt``
-translated a sentence at a time with their structure kept (lines, markup, formatting
-runs, subtitle timing). Used by ``seq2seq-translate --input FILE`` and the server's
+"""Documents in, documents out: ``.txt``, ``.html``/``.htm``, ``.docx``, ``.srt``, ``.odt``,
+``.odp``, ``.pptx`` and ``.epub`` translated a sentence at a time with their structure kept
+(lines, markup, formatting runs, subtitle timing). Used by ``seq2seq-translate --input FILE`` and the server's
 ``/translate_file``; every format makes one ``translate`` call for all its sentences."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, sentence_translator
+from seq2seq.documents.epub import translate_epub
 from seq2seq.documents.formats import (
     DocumentError,
     OptionError,
@@ -19,14 +20,17 @@ from seq2seq.documents.formats import (
 )
 from seq2seq.documents.html import translate_html
 from seq2seq.documents.inline import Splitter, sentence_splitter
+from seq2seq.documents.odf import translate_odp, translate_odt
+from seq2seq.documents.slides import translate_pptx
 from seq2seq.documents.word import translate_docx
 from seq2seq.extras import install_hint
 
 __all__ = ["Aligned", "DocumentError", "SUFFIXES", "SentenceTranslator", "output_path",
            "sentence_translator", "translate_document", "translate_html"]
 
-SUFFIXES = (".txt", ".html", ".htm", ".docx", ".srt")
-NEEDS = {".docx": ("docx", "python-docx"), ".srt": ("srt", "srt")}
+SUFFIXES = (".txt", ".html", ".htm", ".docx", ".srt", ".odt", ".odp", ".pptx", ".epub")
+NEEDS = {".docx": ("docx", "python-docx"), ".srt": ("srt", "srt"), ".odt": ("lxml", "lxml"),
+         ".odp": ("lxml", "lxml"), ".pptx": ("lxml", "lxml"), ".epub": ("lxml", "lxml")}
 
 
 def suffix(filename: str) -> str:
@@ -39,7 +43,9 @@ def _html(data: bytes, name: str, translate: SentenceTranslator, split: Splitter
 
 
 FORMATS = {".txt": translate_txt, ".html": _html, ".htm": _html, ".docx": translate_docx,
-           ".srt": translate_srt}
+           ".srt": translate_srt, ".odt": translate_odt, ".odp": translate_odp,
+           ".pptx": translate_pptx, ".epub": translate_epub}
+LABELLED = {".html", ".htm", ".odt", ".odp", ".pptx", ".epub"}  # relabel the source's labels
 
 
 def check_format(filename: str) -> str:
@@ -65,12 +71,12 @@ def translate_document(data: bytes, filename: str, translate: SentenceTranslator
     """``data``, a document named ``filename`` (its extension says its format), translated
     by ``translate`` from ``lang``; sentences cut by ``split`` (default: the segmenter in
     ``lang``). With ``target_lang``, what says the document's language says it (HTML's
-    ``lang`` attributes in ``lang``, or in any language if None; a .docx's metadata); plain
-    text and subtitles say none."""
+    ``lang`` attributes in ``lang``, or in any language if None; a document's metadata);
+    plain text and subtitles say none."""
     kind = check_format(filename)
     args = (data, os.path.basename(filename), translate, split or sentence_splitter(lang))
-    if kind in (".html", ".htm"):
-        return _html(*args, lang, target_lang)
+    if kind in LABELLED:
+        return FORMATS[kind](*args, lang, target_lang)
     return FORMATS[kind](*args, target_lang) if kind == ".docx" else FORMATS[kind](*args)
 
 
@@ -81,12 +87,12 @@ def output_path(path: str | os.PathLike, target: str | None) -> Path:
     return p.with_name(f"{p.stem}.{target or 'translated'}{p.suffix}")
 
 
-DOCUMENT_ONLY = (".html", ".htm", ".docx", ".srt")  # .txt stays line by line on stdout
+DOCUMENT_ONLY = SUFFIXES[1:]  # .txt stays line by line on stdout
 
 
 def is_document(path: str | None, output: str | None) -> bool:
-    """``--input FILE`` is translated as a document (written to a file): HTML, Word and
-    subtitles always, ``.txt`` when ``--output`` is given."""
+    """``--input FILE`` is translated as a document (written to a file): every format but
+    text always, ``.txt`` when ``--output`` is given."""
     return bool(path) and (suffix(path) in DOCUMENT_ONLY or (output is not None and suffix(path) == ".txt"))
 
 

@@ -28,13 +28,12 @@ import copy
 import io
 import re
 import zipfile
-import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from seq2seq.documents.align import Aligned, SentenceTranslator
-from seq2seq.documents.formats import DocumentError
 from seq2seq.documents.inline import Run, Splitter, units
+from seq2seq.documents.package import DocumentError, check_package
 
 MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -350,30 +349,7 @@ def _check_package(data: bytes, name: str) -> None:
     """A zip of at most ``MAX_UNPACKED`` bytes whose XML parts parse and declare no DTD
     (Word writes none; a DTD's entities are how billion laughs and external files get in,
     and python-docx leaves them unexpanded, dropping the text after them)."""
-    from lxml import etree
-
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise DocumentError(f"{name}: not a .docx file (not a zip archive)")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
-    with zipfile.ZipFile(io.BytesIO(data)) as z:  # a small zip may unpack to gigabytes
-        unpacked = sum(i.file_size for i in z.infolist())
-        if unpacked > MAX_UNPACKED:
-            raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to "
-                                f"at most {MAX_UNPACKED}")
-        for part in z.namelist():
-            if not part.lower().endswith((".xml", ".rels")):
-                continue
-            try:
-                tree = etree.fromstring(z.read(part), parser).getroottree()
-            except etree.XMLSyntaxError as e:
-                why = re.sub(r" \(<string>, line \d+\)$", "", str(e))  # lxml's, about no file
-                raise DocumentError(f"{name}: not a Word (.docx) document ({part} is not "
-                                    f"well-formed XML: {why})") from None
-            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error) as e:
-                raise DocumentError(f"{name}: not a .docx file ({part}: {e})") from None
-            if tree.docinfo.internalDTD is not None or tree.docinfo.doctype:
-                raise DocumentError(f"{name}: not a Word (.docx) document ({part} declares a "
-                                    "DTD (<!DOCTYPE ...>), which Word documents never have)")
+    check_package(data, name, "a Word (.docx) document", ".docx", (".xml", ".rels"))
 
 
 def _label_language(doc, target_lang: str) -> None:

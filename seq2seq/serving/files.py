@@ -3,7 +3,7 @@
 ``GET /download_file/<name>`` sends the translated file (an attachment named as LibreTranslate
 names it: ``NAME_<target>.EXT``, RFC 6266's ``filename*`` for a name beyond ASCII, the media
 type of its extension). Documents are ``seq2seq.documents``' formats (.txt, .html, .htm,
-.docx, .srt).
+.docx, .srt, .odt, .odp, .pptx, .epub).
 
 Bounded like ``/translate``: the upload by the body limit, the document's sentences by the
 work limit (all of them together), the whole request by the time limit. Translated files
@@ -43,7 +43,10 @@ MAX_NAME_BYTES = 200  # a download's name in UTF-8 (file systems allow 255)
 SUPPORTED = list(SUFFIXES)
 MEDIA = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
          ".htm": "text/html; charset=utf-8", ".srt": "application/x-subrip",
-         ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
+         ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+         ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+         ".odt": "application/vnd.oasis.opendocument.text",
+         ".odp": "application/vnd.oasis.opendocument.presentation", ".epub": "application/epub+zip"}
 
 
 def bad(message: str) -> HTTPException:
@@ -198,7 +201,7 @@ def add_file_routes(router, libre) -> FileRoutes:
     """``/translate_file`` and ``/download_file/<name>`` on LibreTranslate's ``router``."""
     routes = FileRoutes(libre)
     router.add_api_route("/translate_file", routes.translate_file, methods=["POST"],
-                         summary="Translate a document (.txt, .html, .htm, .docx, .srt)")
+                         summary=f"Translate a document ({', '.join(SUFFIXES)})")
     router.add_api_route("/download_file/{name}", routes.download_file, methods=["GET"],
                          summary="A translated document, by the name /translate_file gave")
     return routes

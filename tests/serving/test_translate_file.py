@@ -173,7 +173,7 @@ def test_html_with_ninety_inline_tags_and_a_lone_less_than_is_one_text(client):
 def test_settings_offer_the_file_formats(client):
     got = client.get(URL + "frontend/settings").json()
     assert got["filesTranslation"] is True and set(got["supportedFilesFormat"]) == {
-        ".txt", ".html", ".htm", ".docx", ".srt"}
+        ".txt", ".html", ".htm", ".docx", ".srt", ".odt", ".odp", ".pptx", ".epub"}
 
 
 def test_a_served_file_translation_round_trip_over_http(tmp_path):
