@@ -60,3 +60,14 @@ def reverse_words(sentences: list[str]) -> list[Aligned]:
 
 
 TRANSLATORS = {"identity": identity, "upper": upper, "reverse_words": reverse_words}
+
+
+def flagging(rules: dict[str, str], translate=identity):
+    """``translate`` whose translations carry flags: a sentence holding ``rules[flag]`` (a
+    word) is flagged ``flag``, as the model flags "numbers" or "unsure"."""
+    def flagged(sentences: list[str]) -> list[Aligned]:
+        done = translate(sentences)
+        for s, d in zip(sentences, done):
+            d.flags = [flag for flag, word in rules.items() if word in re.findall(r"\w+", s)]
+        return done
+    return flagged
