@@ -102,3 +102,14 @@ def by_hand(source: str, target: str, pairs: dict[int, int]) -> Aligned:
     model's does."""
     src, tgt = ([m.span() for m in PIECE.finditer(t)] for t in (source, target))
     return Aligned(target, [(*tgt[k], *src[j]) for k, j in pairs.items()])
+
+
+def flagging(rules: dict[str, str], translate=identity):
+    """``translate`` whose translations carry flags: a sentence holding ``rules[flag]`` (a
+    word) is flagged ``flag``, as the model flags "numbers" or "unsure"."""
+    def flagged(sentences: list[str]) -> list[Aligned]:
+        done = translate(sentences)
+        for s, d in zip(sentences, done):
+            d.flags = [flag for flag, word in rules.items() if word in re.findall(r"\w+", s)]
+        return done
+    return flagged

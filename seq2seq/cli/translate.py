@@ -54,6 +54,7 @@ from seq2seq.cli.common import (
     run_command,
 )
 from seq2seq.config import DecodingConfig
+from seq2seq.documents.align import Recording
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
@@ -219,6 +220,12 @@ FLAG_WORDS = {
     "cut": "a clause longer than the model takes was cut at words and translated in pieces: "
            "it may not read as one",
 }
+DOCUMENT_FLAG_WORDS = {
+    "numbers": "a number of the source is not in its translation (dropped, changed or written "
+               "out): check them",
+    "unsure": "confidence below the model's threshold: the input is probably unlike its "
+              "training data and these translations may be wrong",
+}
 COUNTED = ("numbers", "unsure")  # frequent on some inputs: counted, then said once each
 
 
@@ -276,9 +283,27 @@ def _translate_document(args, decoding: DecodingConfig) -> None:
     translator.tag_for(**direction)
     target = args.target_lang or translator.pair[1]
     out = documents.plan_output(args.input, args.output, target, args.force)
-    documents.translate_file(args.input, out, documents.sentence_translator(translator, **direction),
-                             args.source_lang or translator.pair[0], target)
+    recording = Recording(documents.sentence_translator(translator, **direction))
+    documents.translate_file(args.input, out, recording, args.source_lang or translator.pair[0],
+                             target)
     print(f"{PROG}: wrote {out}", file=sys.stderr)
+    warn_document_flags(recording.summary(), len(recording.sentences))
+
+
+def warn_document_flags(summary: dict[str, dict], sentences: int) -> None:
+    """One stderr line per flag a document's translations carry: how many of its sentences,
+    the first few (number and opening words), and what the flag means."""
+    for flag, entry in summary.items():
+        shown = ", ".join(f'{e["sentence"]} "{_opening(e["source"])}"' for e in entry["first"])
+        more = ", ..." if entry["count"] > len(entry["first"]) else ""
+        print(f"{PROG}: warning: {entry['count']} of {sentences} sentences flagged {flag} "
+              f"(sentence{'s' * (entry['count'] > 1)} {shown}{more}): "
+              f"{DOCUMENT_FLAG_WORDS.get(flag, FLAG_WORDS.get(flag, flag))}", file=sys.stderr)
+
+
+def _opening(sentence: str, chars: int = 40) -> str:
+    words = " ".join(sentence.split())
+    return words if len(words) <= chars else words[:chars].rstrip() + "..."
 
 
 def run(args) -> None:

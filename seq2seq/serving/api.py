@@ -35,6 +35,7 @@ from seq2seq.serving.batcher import MicroBatcher
 from seq2seq.serving.keys import ApiKeys, KeyRefused
 from seq2seq.serving.limits import bounded, check_cost
 from seq2seq.serving.models import ServedModel
+from seq2seq.serving.offload import DocumentWork
 
 
 class DecodingOptions(BaseModel):
@@ -193,13 +194,15 @@ def attention_json(r: TranslationResult, first: str = "<s>") -> dict:
 
 # ---------------------------------------------------------------- the server
 class Server:
-    """The models, limits, keys and batcher behind one app (``app.state.server``)."""
+    """The models, limits, keys, batcher and document workers behind one app
+    (``app.state.server``)."""
 
     def __init__(self, models: dict[str, ServedModel], cfg: ServeConfig):
         if not models:
             raise ValueError("seq2seq-serve needs at least one model (-m CHECKPOINT)")
         self.models, self.cfg = models, cfg
         self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work, cfg.request_timeout_s, cfg.max_queue)
+        self.documents = DocumentWork()
         self.default = next(iter(models))
         self.keys = ApiKeys.load(cfg.api_keys, cfg.req_limit) if cfg.api_keys else None
 
@@ -274,8 +277,10 @@ class Server:
 
     def health(self) -> dict:
         b = self.batcher
+        d = self.documents
         return {"status": "ok", "models": list(self.models), "requests": b.requests,
-                "model_calls": b.model_calls, "rss_mb": rss_mb()}
+                "model_calls": b.model_calls, "rss_mb": rss_mb(),
+                "documents": {"running": d.running, "started": d.started, "stopped": d.stopped}}
 
 
 DIRECTION = ("target_lang", "source_lang")  # request fields = Translator keywords
