@@ -315,3 +315,26 @@ def text_config(src, tgt, cache: Path, **kw):
     kw = {"tokenizer": TokenizerConfig(vocab_size=500), "max_tokens": 512, **kw}
     return DataConfig(corpus=None, train_src=src, train_tgt=tgt, valid_src=str(data / "val.de.gz"),
                       valid_tgt=str(data / "val.en.gz"), cache_dir=str(cache), **kw)
+
+
+# ---------------------------------------------------------------- adversarial documents
+def cue(content: str) -> str:
+    return f"1\n00:00:01,000 --> 00:00:02,000\n{content}\n"
+
+
+# name -> (file name, the document with n repetitions of its adversarial part)
+SHAPES = {
+    "srt closing tags": ("a.srt", lambda n: cue("<i>" + "</i>" * n + "x")),
+    "srt opening tags": ("a.srt", lambda n: cue("<i>" * n + "x")),
+    "srt lines": ("a.srt", lambda n: cue("\n".join(["Wort"] * n))),
+    "html nested": ("a.html", lambda n: "<p>" + "<b>" * n + "x" + "</b>" * n + "</p>"),
+    "html br": ("a.html", lambda n: "<p>" + "a<br>" * n + "</p>"),
+    "html crossing": ("a.html", lambda n: "<p>" + "<b>x<i>y</b>z</i>" * n + "</p>"),
+    "html comments": ("a.html", lambda n: "<p>" + "a<!-- c -->" * n + "</p>"),
+}
+
+
+def megabyte(shape) -> int:
+    """The repetitions that make the shape's document about 1 MB."""
+    make = SHAPES[shape][1]
+    return 2**20 // (len(make(101)) - len(make(100)))

@@ -19,7 +19,11 @@ from hypothesis import strategies as st
 pytest.importorskip("docx", reason="needs the documents extra")
 pytest.importorskip("srt", reason="needs the documents extra")
 
-from helpers import docx_with  # noqa: E402
+from helpers import (  # noqa: E402
+    SHAPES,
+    docx_with,  # noqa: E402
+    megabyte,
+)
 from stand_ins import split  # noqa: E402
 
 from seq2seq.documents import DocumentError, translate_document  # noqa: E402
@@ -34,20 +38,6 @@ def identity(sentences: list[str]) -> list[Aligned]:
     return [Aligned(s) for s in sentences]
 
 
-def cue(content: str) -> str:
-    return f"1\n00:00:01,000 --> 00:00:02,000\n{content}\n"
-
-
-# name -> (file name, the document with n repetitions of its adversarial part)
-SHAPES = {
-    "srt closing tags": ("a.srt", lambda n: cue("<i>" + "</i>" * n + "x")),
-    "srt opening tags": ("a.srt", lambda n: cue("<i>" * n + "x")),
-    "srt lines": ("a.srt", lambda n: cue("\n".join(["Wort"] * n))),
-    "html nested": ("a.html", lambda n: "<p>" + "<b>" * n + "x" + "</b>" * n + "</p>"),
-    "html br": ("a.html", lambda n: "<p>" + "a<br>" * n + "</p>"),
-    "html crossing": ("a.html", lambda n: "<p>" + "<b>x<i>y</b>z</i>" * n + "</p>"),
-    "html comments": ("a.html", lambda n: "<p>" + "a<!-- c -->" * n + "</p>"),
-}
 INLINE: dict[str, str] = {}  # shapes still quadratic (xfail, strict): none
 
 
@@ -68,12 +58,6 @@ def seconds(shape, n: int, best_of: int = 1) -> float:
         finally:
             gc.enable()
     return min(times)
-
-
-def megabyte(shape) -> int:
-    """The repetitions that make the shape's document about 1 MB."""
-    make = SHAPES[shape][1]
-    return 2**20 // (len(make(101)) - len(make(100)))
 
 
 @pytest.mark.parametrize("shape", [

@@ -23,8 +23,13 @@ docx = pytest.importorskip("docx", reason="needs the documents extra")
 srt = pytest.importorskip("srt", reason="needs the documents extra")
 
 from lxml import etree  # noqa: E402
-from stand_ins import by_hand, identity, reverse_words, upper  # noqa: E402
-from test_markup import split  # noqa: E402
+from stand_ins import (  # noqa: E402
+    by_hand,
+    identity,
+    reverse_words,
+    split,  # noqa: E402
+    upper,
+)
 
 from seq2seq.documents import translate_document  # noqa: E402
 

@@ -14,7 +14,7 @@ from stand_ins import flagging
 
 from seq2seq.documents.align import FIRST_FLAGGED, Aligned, Recording, flag_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
 RULES = {"numbers": "Zahl", "unsure": "Nebel"}
 PAGE = ("<p>Ein Hund läuft. Die Zahl ist groß.</p><p>Im Nebel steht ein Haus. Eine Zahl im "

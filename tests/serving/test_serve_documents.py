@@ -19,12 +19,12 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("docx", reason="needs the documents extra")
 import httpx  # noqa: E402
-from test_documents_hostile import SHAPES, megabyte  # noqa: E402
+from helpers import SHAPES, megabyte  # noqa: E402
 
 from scripts.bench.load import server_child  # noqa: E402
 from seq2seq.serving.offload import document_sentences  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
 BIG = ["--max-body-bytes", str(4 * 2**20)]
 HEALTH_S = 1.0  # the bound every /health answer must meet while documents are worked on
