@@ -41,8 +41,17 @@ def _records() -> list:
         model = case.values[1]
         path = model.with_suffix(".json")
         records = json.loads(path.read_text()) if path.exists() else [None]
-        out += [pytest.param(model, r, id=f"{model.stem}-{_search(r)}") for r in records]
+        out += [pytest.param(model, r, id=f"{model.stem}-{_split(r)}{_search(r)}",
+                             marks=[pytest.mark.slow] if _split(r) else []) for r in records]
     return out
+
+
+def _split(record: dict | None) -> str:
+    """"" for test_2016_flickr (the default run re-checks it), else the split's name and a
+    dash: the other test sets are re-checked by the slow run."""
+    test_set = (record or {}).get("test_set", "multi30k/test_2016_flickr")
+    split = test_set.split()[0].split("/")[-1]
+    return "" if split == "test_2016_flickr" else f"{split}-"
 
 
 @pytest.mark.parametrize(("pair", "model"), CASES)
