@@ -401,7 +401,7 @@ def command_in(tokens: list[str]) -> tuple[str, int] | None:
         if tok == "-m" and i + 1 < len(tokens) and tokens[i + 1].startswith("seq2seq.cli."):
             name = "seq2seq-" + tokens[i + 1].rsplit(".", 1)[1]
             return (name, i + 2) if name in console_scripts() else None
-        if re.fullmatch(r"scripts/\w+\.py", tok) and i and tokens[i - 1].endswith("python"):
+        if re.fullmatch(r"scripts/(?:experiments/)?\w+\.py", tok) and i and tokens[i - 1].endswith("python"):
             return tok, i + 1
     return None
 
@@ -439,7 +439,7 @@ def mentions(page: Path) -> tuple[list[tuple[str, str, str]], list[tuple[str, st
 
 
 def test_options_the_docs_name_exist():
-    scripts = [rel(p) for p in sorted((ROOT / "scripts").glob("*.py"))]
+    scripts = [rel(p) for p in sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "scripts/experiments").glob("*.py")])]
     every = set(train_options()[0]).union(*(accepted(c) for c in [*command_options(), *scripts]
                                             if accepted(c)))
     wrong = []
