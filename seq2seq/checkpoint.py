@@ -3,8 +3,9 @@
 One file format serves training (Lightning writes it) and inference:
 
     {
-      "seq2seq": {"format": 2, "model_config": {...}, "tokenizers": {...},
-                  "src_lang": "de", "tgt_lang": "en", "checksum": "<sha256>"},
+      "seq2seq": {"format": 5, "entries": ["calibration"], "model_config": {...},
+                  "tokenizers": {...}, "src_lang": "de", "tgt_lang": "en",
+                  "calibration": {...}, "checksum": "<sha256>"},
       "state_dict": {"model.<param>": Tensor, ...},   # LightningModule keys
       ... Lightning's training state (optimizer, schedulers, loops) when written by fit ...
     }
@@ -17,13 +18,13 @@ Every load is verified (:func:`check`) before anything runs: the file is a regul
 tokenizers parse and match their SHA-256 fingerprints, vocabulary sizes and special ids
 agree with the config, the config's sizes are those of the file's own tensors and every
 weight is finite (:func:`check_sizes`: nothing is built from an edited ``d_model`` or layer
-count), (format 2) ``checksum``, a SHA-256 over the config, the tokenizer fingerprints, the
-languages and the weights, still matches (an edited ``n_heads`` changes no shape, so only
-the checksum can tell), and only then is every weight compared with the shape the config
-needs. Format 1 files (no checksum) still load. Format 3 is format 2 with a ``calibration``
-entry (``seq2seq-calibrate``: the "unsure" threshold), under the checksum too; format 4
-has a ``shortlist`` entry (``seq2seq-shortlist``: the vocabulary shortlist's lexical table,
-its tensors under the checksum), with or without a calibration.
+count), ``checksum``, a SHA-256 over the config, the tokenizer fingerprints, the
+languages, the calibration, shortlist and directions and the weights, still matches (an edited ``n_heads``
+changes no shape, so only the checksum can tell), and only then is every weight compared
+with the shape the config needs. The format number and the optional entries (a
+``calibration`` from ``seq2seq-calibrate``, a ``shortlist`` from ``seq2seq-shortlist``, a
+multilingual model's ``directions``): :mod:`seq2seq.checkpoint_format`; files of every
+earlier format still load (tests/fixtures/checkpoints holds one of each).
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ from typing import Any
 
 import torch
 
+from seq2seq.checkpoint_format import (
+    FORMAT,
+    CheckpointError,
+    calibration_of,
+    check_format,
+    entries_of,
+    shortlist_of,
+)
 from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.directions import DirectionError, Directions, check_language, directions_of
@@ -46,16 +55,8 @@ from seq2seq.files import kind_of, save_atomic
 from seq2seq.model import Seq2Seq
 from seq2seq.shipped import find_model
 
-FORMAT = 2  # 2 adds "checksum"; 1 (without) still loads
-CALIBRATED_FORMAT = 3  # 2 + "calibration" (older readers refuse it by format, not as edited)
-SHORTLIST_FORMAT = 4  # 2 + "shortlist" (its tensors are hashed: older sums would differ)
-READABLE_FORMATS = (1, 2, 3, 4)
 PREFIX = "model."  # the LightningModule holds the Seq2Seq as ``self.model``
 TIED = ("output.weight", "tgt_embed.tokens.weight")  # may be stored under one name only
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable, corrupt or not ours (one-line message)."""
 
 
 def metadata(cfg: ModelConfig, tokenizers, src_lang: str | None, tgt_lang: str | None,
@@ -64,7 +65,6 @@ def metadata(cfg: ModelConfig, tokenizers, src_lang: str | None, tgt_lang: str |
     (:func:`seal` adds the checksum once the weights are in). A multilingual model has
     ``directions`` (``src_lang``/``tgt_lang`` then ``None``)."""
     meta = {
-        "format": FORMAT,
         "model_config": to_dict(cfg),
         "tokenizers": tokenizers.to_state(),
         "src_lang": src_lang,
@@ -109,12 +109,11 @@ def checksum(ckpt: dict[str, Any]) -> str:
 
 
 def seal(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Mark ``ckpt`` (in place) as format 2 (3 with a calibration, 4 with a shortlist) with
-    its checksum; returns it."""
+    """Mark ``ckpt`` (in place) as the current format, with the list of its optional entries
+    and its checksum; returns it."""
     meta = ckpt["seq2seq"]
-    meta["format"] = (SHORTLIST_FORMAT if "shortlist" in meta
-                      else CALIBRATED_FORMAT if "calibration" in meta else FORMAT)
-    ckpt["seq2seq"]["checksum"] = checksum(ckpt)
+    meta["format"], meta["entries"] = FORMAT, entries_of(meta)
+    meta["checksum"] = checksum(ckpt)
     return ckpt
 
 
@@ -184,17 +183,14 @@ def _read_error(e: Exception, path: Path) -> str:
 
 def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
     """Refuse (``CheckpointError`` starting with ``where``) anything but an intact seq2seq
-    checkpoint: metadata, tokenizers, weights and (format 2) the checksum. Returns the model
+    checkpoint: metadata, tokenizers, weights and (format 2 on) the checksum. Returns the model
     built to compare shapes with (the file's config, random weights)."""
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("seq2seq"), dict):
         kind = "a Lightning checkpoint of another model" if isinstance(ckpt, dict) and \
             "pytorch-lightning_version" in ckpt else "not a seq2seq checkpoint"
         raise CheckpointError(f"{where}: {kind} (no 'seq2seq' metadata)")
     meta = ckpt["seq2seq"]
-    fmt = meta.get("format")
-    if fmt not in READABLE_FORMATS:
-        raise CheckpointError(f"{where}: format {fmt!r} is not one this version reads "
-                              f"{list(READABLE_FORMATS)} (written by a newer seq2seq?)")
+    fmt = check_format(meta, where)
     arch = config_of(meta, where)
     tokenizers_of(meta, arch, where)
     try:
@@ -233,46 +229,6 @@ def check(ckpt: Any, where: str = "checkpoint") -> Seq2Seq:
                       "seal it with `seq2seq-average -o NEW.ckpt FILE` (one input: a copy, "
                       "checksummed)", stacklevel=2)
     return reference
-
-
-def calibration_of(meta: dict[str, Any], where: str = "checkpoint") -> dict[str, Any] | None:
-    """The ``calibration`` entry (``seq2seq-calibrate``), checked: ``threshold`` (outputs of
-    lower confidence are "unsure") in (0, 1] and plain values; ``None`` when uncalibrated."""
-    entry = meta.get("calibration")
-    if entry is None:
-        return None
-    t = entry.get("threshold") if isinstance(entry, dict) else None
-    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0.0 < t <= 1.0 or not all(
-            isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in entry.items()):
-        raise CheckpointError(f"{where}: 'calibration' must map names to plain values with a "
-                              f"'threshold' in (0, 1], got {entry!r:.200}; re-run seq2seq-calibrate")
-    return entry
-
-
-def shortlist_of(meta: dict[str, Any], arch: ModelConfig,
-                 where: str = "checkpoint") -> dict[str, Any] | None:
-    """The ``shortlist`` entry (``seq2seq-shortlist``), checked: ``table`` an integer tensor
-    ``(src_vocab_size, K)`` and ``frequent`` one ``(N,)``, both of target ids, besides plain
-    values; ``None`` when the checkpoint has none."""
-    entry = meta.get("shortlist")
-    if entry is None:
-        return None
-    table = entry.get("table") if isinstance(entry, dict) else None
-    frequent = entry.get("frequent") if isinstance(entry, dict) else None
-    ok = (isinstance(table, torch.Tensor) and isinstance(frequent, torch.Tensor)
-          and not table.is_floating_point() and not frequent.is_floating_point()
-          and table.dim() == 2 and table.shape[0] == arch.src_vocab_size and table.shape[1] > 0
-          and frequent.dim() == 1 and all(
-              isinstance(k, str) and isinstance(v, (str, int, float))
-              for k, v in entry.items() if k not in ("table", "frequent")))
-    if ok:
-        ids = torch.cat((table.reshape(-1), frequent)).long()
-        ok = ids.numel() == 0 or (int(ids.min()) >= 0 and int(ids.max()) < arch.tgt_vocab_size)
-    if not ok:
-        raise CheckpointError(f"{where}: 'shortlist' must hold 'table', integer target ids "
-                              f"({arch.src_vocab_size}, K), 'frequent', integer target ids (N,), "
-                              "and plain values; re-run seq2seq-shortlist")
-    return entry
 
 
 def config_of(meta: dict[str, Any], where: str = "checkpoint") -> ModelConfig:

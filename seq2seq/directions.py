@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from seq2seq.fields import FieldError
+
 TagPosition = Literal["source", "decoder"]
 TAG_POSITIONS: tuple[str, ...] = ("source", "decoder")
 # A language code, BCP-47-like: a 2-3 letter ISO 639 language, then optionally a script
@@ -42,6 +44,10 @@ LANGUAGE_NAMES = {
 
 class DirectionError(ValueError):
     """An unknown, malformed or missing direction (the message names what the model has)."""
+
+
+class NamedDirectionError(DirectionError, FieldError):
+    """A direction error naming an option (``{target_lang}``: a flag or a request field)."""
 
 
 def tag_piece(lang: str) -> str:
@@ -146,8 +152,9 @@ class Directions:
         have = ", ".join(self.names())
         if tgt_lang is None:
             if len(self.targets) > 1:
-                raise DirectionError(f"this model translates into several languages ({have}); "
-                                     "name the target language (--target-lang)")
+                raise NamedDirectionError("this model translates into several languages "
+                                          "({have}); name the target language ({target_lang})",
+                                          have=have)
             tgt_lang = self.targets[0]
         if tgt_lang not in self.targets:
             raise DirectionError(f"this model does not translate into {tgt_lang!r}; it has {have}")

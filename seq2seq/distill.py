@@ -22,12 +22,13 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seq2seq.config import DecodingConfig
+from seq2seq.config import DecodingConfig, LoadConfig
 from seq2seq.data.sources import read_lines
 from seq2seq.decoding.translator import Translator
+from seq2seq.fields import FieldError
 from seq2seq.files import write_atomic
 
 PROVENANCE = "provenance.json"
@@ -45,6 +46,7 @@ class DistillPlan:
     shard_lines: int = 2000
     target_lang: str | None = None  # a multilingual teacher's direction
     source_lang: str | None = None
+    load: LoadConfig = field(default_factory=LoadConfig)  # the teachers' (compute type: outputs)
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -60,7 +62,10 @@ def provenance(plan: DistillPlan, lines: int) -> dict:
     return {"format": FORMAT,
             "teachers": [{"path": str(p), "sha256": sha256(p)} for p in plan.teachers],
             "source": {"path": str(plan.source), "sha256": sha256(plan.source), "lines": lines},
-            "decoding": asdict(plan.decoding), "shard_lines": plan.shard_lines,
+            # the load options with the search's, as when they were DecodingConfig fields:
+            # folders started then resume
+            "decoding": {**asdict(plan.decoding), **asdict(plan.load)},
+            "shard_lines": plan.shard_lines,
             "target_lang": plan.target_lang, "source_lang": plan.source_lang}
 
 
@@ -165,14 +170,15 @@ def distill(plan: DistillPlan, progress: bool = False, translator: Translator | 
     """Run (or continue) a distillation; returns the provenance plus the corpus' files and
     pair count, also written to ``OUT/provenance.json``'s sibling ``corpus.json``."""
     if plan.shard_lines < 1:
-        raise ValueError(f"--shard-lines {plan.shard_lines}: must be >= 1")
+        raise FieldError("{shard_lines} {n}: must be >= 1", n=plan.shard_lines)
     lines = read_lines(plan.source)
     if not lines:
         raise ValueError(f"{plan.source}: has no lines to translate")
     out = Path(plan.out)
     meta = provenance(plan, len(lines))
     _check_or_start(out, meta)
-    translator = translator or Translator.from_checkpoints(list(plan.teachers), plan.decoding)
+    translator = translator or Translator.from_checkpoints(list(plan.teachers), plan.decoding,
+                                                           **asdict(plan.load))
     todo = pending_shards(out, len(lines), plan.shard_lines)
     for _ in run_shards(translator, plan, lines, todo, progress):
         pass

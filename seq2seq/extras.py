@@ -19,7 +19,7 @@ EXTRAS = {
     "ctranslate2": "seq2seq-export --to ctranslate2",
     "argos": "seq2seq-export --to argos",
     "serve": "seq2seq-serve",
-    "documents": "seq2seq-translate --input FILE.docx / FILE.srt",
+    "documents": "seq2seq-translate --input FILE.docx / .srt / .odt / .odp / .pptx / .epub",
 }
 CHECKOUT = Path(__file__).resolve().parent.parent
 

@@ -1,18 +1,73 @@
 """Checks shared by the typed config dataclasses (``seq2seq.config``): a value of the wrong
 type, a non-finite float or a value outside its ``Literal`` choices is refused naming the
-field (``ModelConfig.d_model: ...``); and their dict round trip (``to_dict``/``from_dict``)."""
+field (``ModelConfig.d_model: ...``); their dict round trip (``to_dict``/``from_dict``); and
+the messages that name options by field (``FieldError``, ``FieldWarning``), which each front
+end renders in its own words: the CLIs by flag, the server by JSON name."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import string
 import types
 import typing
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, get_args
 
 
 class ConfigError(ValueError):
-    """A config value or key is invalid; the message names the field."""
+    """A config value or key is invalid; the message names the field (``field``: its name,
+    where one field is at fault)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class Named:
+    """A message naming options as ``{name}`` in ``template`` (a config field or a
+    ``Translator`` argument; other ``{value}`` slots filled from ``values``): its own text
+    names the fields, and :meth:`render` names them as a front end calls them."""
+
+    template: str
+    values: dict[str, Any]
+
+    def fields(self) -> list[str]:
+        return [n for _, n, _, _ in string.Formatter().parse(self.template)
+                if n and n not in self.values]
+
+    def render(self, name: Callable[[str], str] = str) -> str:
+        """The message with each field called ``name(field)``. Values are filled by
+        ``format``, never parsed again: a path with braces in it stays as it is."""
+        return self.template.format(**{f: name(f) for f in self.fields()}, **self.values)
+
+    def __reduce__(self):  # pickled (a worker process) by its template, not its text
+        return partial(type(self), self.template, **self.values), ()
+
+
+class FieldError(Named, ConfigError):
+    """A bad option value, naming options by field: ``FieldError("{compile}: only for
+    {compute_type} float32, not {got}", got=...)``."""
+
+    def __init__(self, template: str, **values: Any):
+        self.template, self.values = template, values
+        fields = self.fields()
+        super().__init__(self.render(), fields[0] if fields else None)
+
+
+class FieldWarning(Named, UserWarning):
+    """A warning naming options by field, as :class:`FieldError`."""
+
+    def __init__(self, template: str, **values: Any):
+        self.template, self.values = template, values
+        super().__init__(self.render())
+
+
+def render(message: BaseException | Warning, name: Callable[[str], str]) -> str:
+    """``message``'s text with the options it names called ``name(field)`` (a front end's
+    one map: flags, JSON names); other messages as they are."""
+    return message.render(name) if isinstance(message, Named) else str(message)
 
 
 def check_fields(obj: Any) -> None:
@@ -25,13 +80,13 @@ def check_fields(obj: Any) -> None:
         where = f"{type(obj).__name__}.{f.name}"
         choices = get_args(hint) if typing.get_origin(hint) is Literal else ()
         if choices and value not in choices:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}", f.name)
         if not choices and not _fits(value, hint):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}", f.name)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where} must be a finite number, got {value!r}")
+            raise ConfigError(f"{where} must be a finite number, got {value!r}", f.name)
         if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            raise ConfigError(f"{where}={value} is out of range (64-bit integers)")
+            raise ConfigError(f"{where}={value} is out of range (64-bit integers)", f.name)
 
 
 def _fits(value: Any, hint: Any) -> bool:
@@ -68,14 +123,15 @@ def positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and value <= 0:
-            raise ConfigError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}")
+            raise ConfigError(f"{type(obj).__name__}.{name} must be > 0, got {value!r}", name)
 
 
 def probability(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not 0.0 <= value < 1.0:
-            raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+            raise ConfigError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}",
+                              name)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -54,3 +54,29 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory) -> Path:
+    """A folder the command-line tests read and never change: tiny checkpoints (good.ckpt;
+    good2.ckpt, another seed; en_de.ckpt, the other direction) and a two-line De->En test
+    set (src.de, ref.en)."""
+    from helpers import save_tiny_checkpoint, tiny_tokenizers
+
+    d = tmp_path_factory.mktemp("work")
+    tokenizers = tiny_tokenizers()
+    save_tiny_checkpoint(d / "good.ckpt", tokenizers)
+    save_tiny_checkpoint(d / "good2.ckpt", tokenizers, seed=1)
+    save_tiny_checkpoint(d / "en_de.ckpt", tokenizers, seed=1, pair=("en", "de"))
+    (d / "src.de").write_text("Ein Hund.\nZwei Männer.\n", encoding="utf-8")
+    (d / "ref.en").write_text("A dog.\nTwo men.\n", encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="session")
+def other_tokenizers():
+    """Another tokenizer of the same size as ``work``'s: a checkpoint relabelled with it must
+    be refused."""
+    from helpers import tiny_tokenizers
+
+    return tiny_tokenizers(langs=("en",), n=300)

@@ -1,4 +1,4 @@
-"""A callback for the multi-node test (``tests/test_scale.py``), loaded by ``seq2seq-train``
+"""A callback for the multi-node test (``tests/training/test_multinode.py``), loaded by ``seq2seq-train``
 subprocesses from a config file: what each rank trained on and its weights."""
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ right place to land:
 - ``upper``: the sentence uppercased; every run's words keep their formatting.
 - ``reverse_words``: the words in reverse order; formatting follows each word to its new
   place (a run of several words may then cover words between them).
+- ``Fake``: each sentence as is (or its tokens reversed), aligned token to token, recording
+  what it was asked; ``split``: sentences that end at a full stop.
 """
 
 from __future__ import annotations
@@ -60,3 +62,54 @@ def reverse_words(sentences: list[str]) -> list[Aligned]:
 
 
 TRANSLATORS = {"identity": identity, "upper": upper, "reverse_words": reverse_words}
+
+
+TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def split(text: str) -> list[tuple[int, int]]:
+    """Sentences end at a full stop (enough for these tests; the real segmenter is tested
+    on its own); every character is in one (what a splitter leaves out is kept as it is)."""
+    return [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.?|\.+", text)]
+
+
+class Fake:
+    """A translator that returns each sentence as is (or its tokens reversed), aligned token
+    to token, and records what it was asked."""
+
+    def __init__(self, reverse: bool = False):
+        self.reverse, self.calls = reverse, []
+
+    def __call__(self, sentences: list[str]) -> list[Aligned]:
+        self.calls.append(list(sentences))
+        return [self.one(s) for s in sentences]
+
+    def one(self, s: str) -> Aligned:
+        if not self.reverse:
+            return Aligned(s, [(m.start(), m.end(), m.start(), m.end()) for m in TOKEN.finditer(s)])
+        text, links = "", []
+        for m in reversed(list(TOKEN.finditer(s))):
+            text += " " if text else ""
+            links.append((len(text), len(text) + len(m.group()), m.start(), m.end()))
+            text += m.group()
+        return Aligned(text, links)
+PIECE = re.compile(r"\w+|[^\w\s]+")  # words and punctuation runs apart, as a model's pieces are
+
+
+def by_hand(source: str, target: str, pairs: dict[int, int]) -> Aligned:
+    """``target`` as the translation of ``source``, its token ``k`` (a ``PIECE`` match)
+    aligned to source token ``pairs[k]``: a made-up alignment that moves words, as a
+    model's does."""
+    src, tgt = ([m.span() for m in PIECE.finditer(t)] for t in (source, target))
+    return Aligned(target, [(*tgt[k], *src[j]) for k, j in pairs.items()])
+
+
+def flagging(rules: dict[str, str], translate=identity):
+    """``translate`` whose translations carry flags: a sentence holding ``rules[flag]`` (a
+    word) is flagged ``flag``, as the model flags "numbers" or "unsure"."""
+    def flagged(sentences: list[str]) -> list[Aligned]:
+        done = translate(sentences)
+        for s, d in zip(sentences, done):
+            d.flags = [flag for flag, word in rules.items() if word in re.findall(r"\w+", s)]
+        return done
+    return flagged

@@ -1,6 +1,7 @@
 """The layout keeps its promises (ARCHITECTURE.md): in the package and in scripts/, imports
 only go down the layer table and there are no import cycles; scripts import only the
-package's public API; no function is longer than ~60 lines."""
+package's public API; no function is longer than ~60 lines; the layers used from Python
+name options by field, never by CLI flag."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ LAYERS = {
     "seq2seq.specials": 0, "seq2seq.config": 1, "seq2seq.profiling": 1, "seq2seq.shipped": 1,
     "seq2seq.runtime": 1, "seq2seq.files": 1, "seq2seq.directions": 1, "seq2seq.fields": 1,
     "seq2seq.extras": 1, "seq2seq.machine": 1,
-    "seq2seq.data": 2, "seq2seq.model": 2, "seq2seq.text": 2,
+    "seq2seq.data": 2, "seq2seq.model": 2, "seq2seq.text": 2, "seq2seq.checkpoint_format": 2,
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.significance": 3, "seq2seq.plotting": 3,
     "seq2seq.averaging": 4,
     "seq2seq.decoding": 4, "seq2seq.training": 5, "seq2seq.export": 5, "seq2seq.hf_import": 5,
@@ -39,6 +40,7 @@ LAYERS = {
     "scripts.bench.report": 12,
     "scripts.bench.run": 13,
     "scripts.*": 14,  # the scripts a user runs (scripts/*.py)
+    "scripts.experiments.*": 14,  # the studies behind docs' figures
 }
 # a package's own __init__, not its modules (those must each have a row)
 EXACT = {"seq2seq", "scripts.bench"}
@@ -230,3 +232,43 @@ def test_the_checks_can_fail(tmp_path):
     with pytest.raises(AssertionError, match="in no layer"):
         _layer("scripts.bench.new_module")
     assert _layer("scripts.new_tool") == LAYERS["scripts.*"] and _layer("seq2seq.cli.x") == 7
+
+
+# Used from Python, these speak the library's names: a message naming an option names its
+# field ("{compute_type}" in a FieldError or FieldWarning), which the CLIs render as a flag
+# (cli/common.py) and the server as a request field (serving/api.py). Docstrings may name
+# the flag that sets a thing: they are read in the code, never shown to a caller.
+FIELD_NAMED = ("model", "decoding", "data", "documents", "text", "config", "fields.py",
+               "directions.py", "distill.py")
+FLAG_TEXT = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _flag_text(source: str) -> list[tuple[int, str]]:
+    """(line, flag) of each CLI flag in a string of ``source`` that is not a docstring
+    (f-strings' literal parts included)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                       ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, flag) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings for flag in FLAG_TEXT.findall(node.value)]
+
+
+def test_layers_used_from_python_name_fields_not_flags():
+    paths = [p for name in FIELD_NAMED for p in
+             ([PACKAGE / name] if name.endswith(".py") else sorted((PACKAGE / name).rglob("*.py")))]
+    assert len(paths) > 40
+    found = [f"{p.relative_to(ROOT)}:{line}: {flag}" for p in paths
+             for line, flag in _flag_text(p.read_text())]
+    assert not found, "name the field ({name} in a FieldError), not the flag:\n" + "\n".join(found)
+
+
+def test_the_flag_check_can_fail():
+    source = ('"""Module: --compile is named here, for the reader."""\n'
+              'def f(n):\n    """Same: --beam."""\n'
+              '    raise ValueError(f"--min-len {n}: bad; see a--x and a-b --c9")\n'
+              'X = "-1 and --- and --"  # --comment\n')
+    assert _flag_text(source) == [(4, "--min-len"), (4, "--c9")]

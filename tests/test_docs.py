@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MAIN_JOB = "pip install torch==2.13.0 -e . && bash scripts/quickstart.sh"
 TESTS = 'pip install -e ".[dev,bench,serve]" && python -m pytest'
+SLOW_TESTS = "python -m pytest -m slow"  # CI's second line: the tests the default run leaves out
 
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                    re.M | re.S)
@@ -93,7 +94,8 @@ def test_readme_is_short_with_the_two_commands_on_top():
     assert len(readme.encode()) <= 15 * 1024, f"README.md is {len(readme.encode())} bytes (> 15 KB)"
     first = [b.body.strip() for b in blocks(ROOT / "README.md")[:2]]
     assert first == [MAIN_JOB, TESTS], first
-    assert read(ROOT / ".ci" / "run").rstrip().splitlines()[-1] == TESTS
+    assert read(ROOT / ".ci" / "run").rstrip().splitlines()[-2:] == [TESTS, SLOW_TESTS]
+    assert f"`{SLOW_TESTS}`" in prose(ROOT / "README.md")
     main_job = blocks(ROOT / "README.md")[0]
     assert not RUNNABLE.search(main_job.marker), "the main job (minutes of training) must not run in CI"
 
@@ -399,7 +401,7 @@ def command_in(tokens: list[str]) -> tuple[str, int] | None:
         if tok == "-m" and i + 1 < len(tokens) and tokens[i + 1].startswith("seq2seq.cli."):
             name = "seq2seq-" + tokens[i + 1].rsplit(".", 1)[1]
             return (name, i + 2) if name in console_scripts() else None
-        if re.fullmatch(r"scripts/\w+\.py", tok) and i and tokens[i - 1].endswith("python"):
+        if re.fullmatch(r"scripts/(?:experiments/)?\w+\.py", tok) and i and tokens[i - 1].endswith("python"):
             return tok, i + 1
     return None
 
@@ -437,7 +439,7 @@ def mentions(page: Path) -> tuple[list[tuple[str, str, str]], list[tuple[str, st
 
 
 def test_options_the_docs_name_exist():
-    scripts = [rel(p) for p in sorted((ROOT / "scripts").glob("*.py"))]
+    scripts = [rel(p) for p in sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "scripts/experiments").glob("*.py")])]
     every = set(train_options()[0]).union(*(accepted(c) for c in [*command_options(), *scripts]
                                             if accepted(c)))
     wrong = []

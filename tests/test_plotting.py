@@ -122,3 +122,21 @@ def test_the_written_plot_is_that_figure(tmp_path):
         assert image.info[plotting.MARK_KEY] == plotting.MARK_VALUE
         assert np.array_equal(np.asarray(image.convert("RGB")), drawn)
     assert plotting.is_own_plot(path) and list(tmp_path.joinpath("sub").iterdir()) == [path]
+
+
+@pytest.mark.parametrize("history", [
+    {"train": [], "val": []},
+    {"train": [{"step": 10, "loss": 5.0, "lr": 1e-3}], "val": []},
+    {"a": {"train": [], "val": []}, "b": {"train": [], "val": [{"step": 5, "val_loss": 4.0}]}},
+], ids=["empty", "train-only", "two-runs-no-bleu"])
+def test_training_curves_plot_quietly(history, tmp_path):
+    """Curves of runs that ended before anything (or before validation BLEU) was recorded:
+    drawn without matplotlib's "No artists with labels" warning."""
+    import warnings
+
+    from seq2seq.plotting import plot_training_curves
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_training_curves(history, tmp_path / "curves.png")
+    assert path.stat().st_size > 0

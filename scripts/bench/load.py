@@ -12,7 +12,6 @@ It uses only what a user has: the server's HTTP API (``seq2seq-serve`` started a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gzip
 import ipaddress
@@ -30,11 +29,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from seq2seq import DecodingConfig, ServeConfig, Translator, load_checkpoint
-from seq2seq.config.decoding import FLAG_FIELDS, decoding_from_args
+from seq2seq.serving.api import DecodingOptions, api_message, decoding_for
 
 MAX_CLIENTS, MAX_REQUESTS = 256, 100_000
 # the decoding options of a /translate request: seq2seq-translate's flags by name
-OPTIONS = {"beam", "sample", *FLAG_FIELDS} - {"max_tokens"}
+OPTIONS = set(DecodingOptions.model_fields) - {"model", "target_lang", "source_lang"}
 
 
 @dataclass
@@ -118,15 +117,16 @@ def read_sentences(path: str | Path, limit: int) -> list[str]:
 
 
 def decoding_of(options: dict) -> DecodingConfig:
-    """The ``DecodingConfig`` a server decodes a request with ``options`` by (built from the
-    same flag names, with the server's default batch budget); ValueError naming a bad one."""
+    """The ``DecodingConfig`` a server decodes a request with ``options`` by (the server's
+    own reading, with its default limits); ValueError naming a bad one as the server does."""
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise ValueError(f"option {unknown[0]!r}: not a decoding option of /translate "
                          f"(those are {', '.join(sorted(OPTIONS))})")
-    flags = {k: v for k, v in options.items() if k != "beam"}
-    return decoding_from_args(argparse.Namespace(
-        **flags, beam_size=options.get("beam"), max_tokens=ServeConfig().max_batch_tokens))
+    try:
+        return decoding_for(DecodingOptions(**options), ServeConfig())
+    except ValueError as e:  # pydantic's ValidationError too
+        raise ValueError(api_message(e)) from None
 
 
 def offline(checkpoint: str | Path, texts: list[str], options: dict) -> tuple[list[str], float]:

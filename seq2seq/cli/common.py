@@ -1,15 +1,27 @@
-"""What every ``seq2seq-*`` command does the same way: one-line errors, exit status 2, and
-the trained model given as ``-m/--model CKPT``."""
+"""What every ``seq2seq-*`` command does the same way: one-line errors, exit status 2, the
+trained model given as ``-m/--model CKPT``; and the one map from the library's option names
+(config fields) to flags: the decoding and load options generated from their dataclasses,
+and every message that names a field rendered with its flag."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+import typing
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
+
+from seq2seq.config.decoding import (
+    DecodingConfig,
+    LoadConfig,
+    decoding_from_options,
+    options_of,
+)
+from seq2seq.fields import render
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,7 +41,7 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
 
     shown = warnings.showwarning
     warnings.showwarning = lambda message, *_, **__: print(
-        f"{prog}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        f"{prog}: warning: {' '.join(render(message, flag).split())}", file=sys.stderr)
     try:
         runtime.start()  # threads from the cores this process can get now (seq2seq.runtime)
         run(args)
@@ -39,11 +51,19 @@ def run_command(prog: str, run: Callable[[Any], None], args: Any) -> None:
     except KeyboardInterrupt:  # Ctrl-C / SIGINT: the user's choice, not an error to explain
         sys.exit(130)  # 128 + SIGINT, as shells report it
     except (ValueError, OSError) as e:
-        msg = " ".join(str(e).split())  # one line, whatever the exception text
+        msg = " ".join(render(e, flag).split())  # one line, options named by flag
         print(f"{prog}: error: {msg}", file=sys.stderr)
         sys.exit(2)
     finally:
         warnings.showwarning = shown
+
+
+_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """Whatever the detokenizer produced, it must not split an output line."""
+    return text.translate(_BREAKS)
 
 
 # ``-c`` is the config file in ``seq2seq-train`` (LightningCLI's, as in fairseq and JoeyNMT);
@@ -156,40 +176,105 @@ def add_direction_args(ap: argparse.ArgumentParser | Any, extra: str = "") -> No
                          f"against the model's directions{extra}")
 
 
-def add_compute_type_argument(ap: argparse.ArgumentParser | Any) -> None:
-    """``--compute-type`` (dest ``compute_type``; None = ``DecodingConfig``'s default): how
-    the model's linear layers multiply, set once when the model loads."""
-    from typing import get_args
-
-    from seq2seq.config.decoding import ComputeType, DecodingConfig
-
-    ap.add_argument("--compute-type", choices=get_args(ComputeType), metavar="TYPE",
-                    help=f"{', '.join(get_args(ComputeType))}: the linear layers' arithmetic "
-                         "(CTranslate2's names; int8: weights per channel, activations per row; "
-                         "bfloat16: needs AVX-512 BF16 or AMX; auto: the fastest this CPU runs "
-                         f"natively for the model's size; default {DecodingConfig().compute_type})")
-
-
-def add_shortlist_argument(ap: argparse.ArgumentParser | Any) -> None:
-    """``--shortlist`` (dest ``shortlist``): decode over each batch's candidates of the
-    checkpoint's lexical table (``seq2seq-shortlist``), set once when the model loads."""
-    ap.add_argument("--shortlist", action="store_true", default=None,
-                    help="compute each batch's output only over the target pieces its source "
-                         "pieces can produce (the checkpoint's table: seq2seq-shortlist); "
-                         "computes fewer output rows; changes some outputs (default off)")
-
-
-def add_compile_argument(ap: argparse.ArgumentParser | Any) -> None:
-    """``--compile`` (dest ``compile``): the decoder step compiled ahead of time, set once
-    when the model loads (``model/compiled.py``)."""
-    ap.add_argument("--compile", action="store_true", default=None,
-                    help="compile the one-token decoder step with the C++ compiler "
-                         "(AOTInductor) once per model and beam width, cached on disk; same "
-                         "outputs, faster steps; float32 and one model only; without a "
-                         "compiler: decoded eagerly, with a note (default off)")
-
-
 def note_compute_type(prog: str, requested: str | None, chosen: str) -> None:
     """One stderr line saying what ``--compute-type auto`` became on this machine."""
     if requested == "auto":
-        print(f"{prog}: info: --compute-type auto: running {chosen} on this CPU", file=sys.stderr)
+        print(f"{prog}: info: {flag('compute_type')} auto: running {chosen} on this CPU",
+              file=sys.stderr)
+
+
+# ------------------------------------------------------------ options by field name
+# The flag of each option (a DecodingConfig or LoadConfig field, or a library argument a
+# message names) is "--" + its name with dashes, except these: fairseq's and Marian's
+# spellings, kept where the fields got clearer names. The first names it in messages.
+FLAGS = {
+    "method": ("--sample",),  # only ever set to "sample": --beam K chooses greedy or beam
+    "beam_size": ("--beam", "--beam-size"),
+    "alpha": ("--lenpen",),
+    "top_k": ("--topk",),
+    "top_p": ("--topp",),
+    "max_tokens": ("--max-tokens", "--batch-tokens"),
+    "split_sentences": ("--no-split",),
+}
+
+
+def flags(name: str) -> tuple[str, ...]:
+    return FLAGS.get(name, ("--" + name.replace("_", "-"),))
+
+
+def flag(name: str) -> str:
+    """The flag that sets field ``name``: how the CLIs say what the library calls a field."""
+    return flags(name)[0]
+
+
+class _Flags(dict):
+    def __missing__(self, name: str) -> str:
+        return flag(name)
+
+
+def option_help(f: dataclasses.Field, hint: Any, defaults: Any) -> str:
+    """``f``'s help template with options named by flag, ``{default}`` its default (a bool:
+    on/off), ``{defaults.X}`` another field's, ``{choices}`` its ``Literal`` choices."""
+    value = getattr(defaults, f.name)
+    shown = ("on" if value else "off") if isinstance(value, bool) else value
+    return f.metadata["help"].format_map(_Flags(
+        default=shown, defaults=defaults, choices=", ".join(map(str, get_args(hint)))))
+
+
+def add_options(ap: argparse.ArgumentParser | Any, cls: type) -> None:
+    """One flag per option of the config dataclass ``cls`` (``options_of``): dest the
+    field's name, default None (= the dataclass's, so defaults live in one place), type and
+    choices from its annotation; a bool, or a field with a ``const``, is a flag alone."""
+    hints, defaults = typing.get_type_hints(cls), cls()
+    for f in options_of(cls):
+        hint = hints[f.name]
+        kw: dict[str, Any] = {"dest": f.name, "default": None,
+                              "help": option_help(f, hint, defaults)}
+        if "const" in f.metadata or hint is bool:
+            kw.update(action="store_const", const=f.metadata.get("const", not f.default))
+        elif typing.get_origin(hint) is Literal:
+            kw.update(choices=get_args(hint), metavar=f.metadata.get("metavar"))
+        else:  # int or float, maybe | None; shown as its flag (--topk TOPK), not its field
+            kw["type"] = next(t for t in (int, float) if t is hint or t in get_args(hint))
+            kw["metavar"] = f.metadata.get("metavar", flag(f.name)[2:].replace("-", "_").upper())
+        ap.add_argument(*flags(f.name), **kw)
+
+
+def add_decoding_args(ap: argparse.ArgumentParser) -> None:
+    """The decoding and load options (``DecodingConfig``'s and ``LoadConfig``'s, generated)
+    and ``--device``: seq2seq-translate's, seq2seq-evaluate's and seq2seq-distill's."""
+    g = ap.add_argument_group("decoding (defaults from DecodingConfig)")
+    add_options(g, DecodingConfig)
+    add_options(g, LoadConfig)
+    g.add_argument("--device", default="cpu", help="torch device (default cpu)")
+
+
+def decoding_from_args(args: Any) -> DecodingConfig:
+    """The ``DecodingConfig`` of the options given (``FieldError`` naming them otherwise)."""
+    return decoding_from_options({f.name: getattr(args, f.name, None)
+                                  for f in options_of(DecodingConfig)})
+
+
+def load_from_args(args: Any) -> dict[str, Any]:
+    """The load options given, as ``Translator.from_checkpoint(s)`` takes them."""
+    return {f.name: getattr(args, f.name, None) for f in options_of(LoadConfig)}
+
+
+def ignored_options(args: Any, decoding: DecodingConfig) -> list[str]:
+    """Options given that ``decoding`` does not use, each with what would use it (the CLIs
+    warn: an option dropped without a word is a silently wrong result)."""
+    given = {a for a in ("alpha", "patience", "stopping", "temperature", "top_k", "top_p", "seed")
+             if getattr(args, a, None) is not None}
+    notes = []
+    if "alpha" in given and decoding.length_penalty != "gnmt":
+        notes.append(f"{flag('alpha')} has no effect with {flag('length_penalty')} "
+                     f"{decoding.length_penalty}; add {flag('length_penalty')} gnmt")
+    if "patience" in given and (decoding.method != "beam" or decoding.stopping != "patience"):
+        notes.append(f"{flag('patience')} has no effect without {flag('beam_size')} K > 1 and "
+                     f"{flag('stopping')} patience")
+    if "stopping" in given and decoding.method != "beam":
+        notes.append(f"{flag('stopping')} has no effect without {flag('beam_size')} K > 1")
+    for name in ("temperature", "top_k", "top_p", "seed"):
+        if name in given and decoding.method != "sample":
+            notes.append(f"{flag(name)} has no effect without {flag('method')}")
+    return notes

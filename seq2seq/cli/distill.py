@@ -18,12 +18,19 @@ ordinary pair of text files for ``data.data.train_src``/``train_tgt``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from seq2seq.cli.common import Parser, add_direction_args, add_model_argument, run_command
-from seq2seq.cli.translate import add_decoding_args
-from seq2seq.config.decoding import decoding_from_args
+from seq2seq.cli.common import (
+    Parser,
+    add_decoding_args,
+    add_direction_args,
+    add_model_argument,
+    decoding_from_args,
+    load_from_args,
+    run_command,
+)
 
 PROG = "seq2seq-distill"
 
@@ -57,17 +64,19 @@ def _default_source(translator, source_lang: str | None) -> str:
 
 
 def run(args) -> None:
+    from seq2seq.config.decoding import load_config
     from seq2seq.decoding.translator import Translator  # after argument errors (torch is slow)
     from seq2seq.distill import DistillPlan, distill
     from seq2seq.shipped import find_model
 
-    decoding = decoding_from_args(args)
+    decoding, load = decoding_from_args(args), load_config(**load_from_args(args))
     teachers = tuple(str(find_model(p)) for p in args.checkpoint)
-    translator = Translator.from_checkpoints(teachers, decoding=decoding, device=args.device)
+    translator = Translator.from_checkpoints(teachers, decoding=decoding, device=args.device,
+                                             **dataclasses.asdict(load))
     translator.tag_for(args.target_lang, args.source_lang)  # an unknown direction: refused now
     source = args.source or _default_source(translator, args.source_lang)
     plan = DistillPlan(teachers, source, args.output, decoding, args.shard_lines,
-                       args.target_lang, args.source_lang)
+                       args.target_lang, args.source_lang, load)
     summary = distill(plan, progress=not args.no_progress, translator=translator)
     corpus = summary["corpus"]
     print(json.dumps({"pairs": corpus["pairs"], "train_src": corpus["src"],

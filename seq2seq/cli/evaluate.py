@@ -48,12 +48,17 @@ from typing import Any
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli.common import (
     Parser,
+    add_decoding_args,
     add_direction_args,
     add_model_argument,
     check_device,
     check_output_file,
     check_replace,
+    decoding_from_args,
+    ignored_options,
+    load_from_args,
     note_compute_type,
+    one_line,
     run_command,
 )
 from seq2seq.cli.evaluate_compare import (
@@ -65,13 +70,8 @@ from seq2seq.cli.evaluate_compare import (
 )
 from seq2seq.cli.evaluate_report import LC_TOK_NOTE, print_comparison, print_table
 from seq2seq.cli.evaluate_sets import TestSet, model_pairs, test_sets_of
-from seq2seq.cli.translate import (
-    _one_line,
-    add_decoding_args,
-    decoding_from_args,
-    ignored_options,
-)
-from seq2seq.config import DecodingConfig
+from seq2seq.config import DecodingConfig, LoadConfig
+from seq2seq.config.decoding import load_config
 
 PROG = "seq2seq-evaluate"
 TEST_SETS = ("multi30k",)
@@ -183,7 +183,7 @@ def evaluate_checkpoint(translator, path: str, test: TestSet, hyp_file: Path, ar
     start = time.perf_counter()
     progress = not args.quiet and sys.stderr.isatty()
     # One line per source line, whatever the detokenizer produced; scored as written.
-    hyps = [_one_line(h) for h in translator.translate(test.src, progress=progress,
+    hyps = [one_line(h) for h in translator.translate(test.src, progress=progress,
                                                        source_lang=pair[0], target_lang=pair[1])]
     seconds = time.perf_counter() - start
     hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8", newline="\n")
@@ -264,11 +264,13 @@ def is_text_file(path: Path, probe: int = 1 << 16) -> bool:
     return b"\0" not in head
 
 
-def search_name(decoding: DecodingConfig) -> str:
-    """For file names: greedy and beam outputs of one model and test set must not collide."""
+def search_name(decoding: DecodingConfig, load: LoadConfig | None = None) -> str:
+    """For file names: greedy and beam outputs of one model and test set must not collide
+    (nor those of other compute types, or with a shortlist)."""
+    load = load or LoadConfig()
     name = f"beam{decoding.beam_size}" if decoding.method == "beam" else decoding.method
-    name = name if decoding.compute_type == "float32" else f"{name}.{decoding.compute_type}"
-    return f"{name}.shortlist" if decoding.shortlist else name
+    name = name if load.compute_type == "float32" else f"{name}.{load.compute_type}"
+    return f"{name}.shortlist" if load.shortlist else name
 
 
 def make_plan(args, systems: list[tuple[str, ...]], decoding: DecodingConfig, hyp_dir: Path):
@@ -277,6 +279,7 @@ def make_plan(args, systems: list[tuple[str, ...]], decoding: DecodingConfig, hy
     plan, pairs, untested = [], {}, {}
     for system, paths in enumerate(systems):  # an ensemble's members: each checked
         pairs[system] = [model_pairs(p, load_checkpoint(p)["seq2seq"], args) for p in paths][0]
+    search = search_name(decoding, load_config(**load_from_args(args)))
     test_sets, missing = test_sets_of(args, dict.fromkeys(p for ps in pairs.values() for p in ps))
     names = file_names(args.checkpoint)
     if args.ensemble:  # one file name of its members' names: a.ckpt + b.ckpt -> a+b
@@ -285,7 +288,7 @@ def make_plan(args, systems: list[tuple[str, ...]], decoding: DecodingConfig, hy
         untested[system] = [f"{a}-{b}" for a, b in pairs[system] if f"{a}-{b}" in missing]
         for pair in (p for p in pairs[system] if p in test_sets):
             test = test_sets[pair]
-            plan.append((system, test, hyp_dir / f"{name}.{test.key}.{search_name(decoding)}.hyp", pair))
+            plan.append((system, test, hyp_dir / f"{name}.{test.key}.{search}.hyp", pair))
     return plan, untested
 
 
@@ -313,7 +316,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(f"[{i}/{len(plan)}] {labels[system]}: {test.label}, {len(test.src)} sentences",
                   file=sys.stderr, flush=True)
         if system not in translators:  # once per system, whatever the number of directions
-            translators[system] = Translator.from_checkpoints(systems[system], decoding, args.device)
+            translators[system] = Translator.from_checkpoints(systems[system], decoding, args.device,
+                                                              **load_from_args(args))
             note_compute_type(PROG, args.compute_type, translators[system].compute_type)
         r, hyps = evaluate_checkpoint(translators[system], labels[system], test, hyp_file, args, pair)
         if len(systems[system]) > 1:

@@ -24,15 +24,15 @@ import typing
 
 from seq2seq.cli.common import (
     Parser,
-    add_compile_argument,
-    add_compute_type_argument,
     add_model_argument,
-    add_shortlist_argument,
+    add_options,
     check_device,
+    flag,
+    load_from_args,
     note_compute_type,
     run_command,
 )
-from seq2seq.config import ConfigError, ServeConfig
+from seq2seq.config import ConfigError, LoadConfig, ServeConfig
 from seq2seq.extras import install_hint
 
 PROG = "seq2seq-serve"
@@ -89,9 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="FILE" if dest == "api_keys" else None,
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    add_compute_type_argument(ap)  # a load-time option: requests cannot change it
-    add_shortlist_argument(ap)  # so is this one
-    add_compile_argument(ap)  # and this
+    add_options(ap, LoadConfig)  # load-time options: requests cannot change them
     ap.add_argument("--log-level", default="info",
                     choices=["critical", "error", "warning", "info", "debug"])
     return ap
@@ -102,8 +100,8 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     try:
         return dataclasses.replace(ServeConfig(), **given)
     except ConfigError as e:  # name the flag, not the field: "ServeConfig.window_ms" -> "--window-ms"
-        field = str(e).split()[0].removeprefix("ServeConfig.")
-        raise ValueError(str(e).replace(f"ServeConfig.{field}", "--" + field.replace("_", "-"), 1)) from None
+        field = e.field or str(e).split()[0].removeprefix("ServeConfig.")  # its own checks
+        raise ValueError(str(e).replace(f"ServeConfig.{field}", flag(field), 1)) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -130,8 +128,7 @@ def run(args: argparse.Namespace) -> None:
               "with no authentication (see --api-keys)", file=sys.stderr)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    models = load_models(args.checkpoint, device=args.device, compute_type=args.compute_type,
-                         shortlist=bool(args.shortlist), compile=args.compile)
+    models = load_models(args.checkpoint, device=args.device, **load_from_args(args))
     for served in models.values():
         note_compute_type(PROG, args.compute_type, served.translator.compute_type)
     app = create_app(models, cfg)

@@ -41,77 +41,24 @@ from pathlib import Path
 import seq2seq.documents as documents
 from seq2seq.cli.common import (
     Parser,
-    add_compile_argument,
-    add_compute_type_argument,
+    add_decoding_args,
     add_direction_args,
     add_model_argument,
-    add_shortlist_argument,
     check_device,
     check_output_file,
+    decoding_from_args,
+    ignored_options,
+    load_from_args,
     note_compute_type,
+    one_line,
     run_command,
 )
 from seq2seq.config import DecodingConfig
-from seq2seq.config.decoding import decoding_from_args
+from seq2seq.documents.align import Recording
 
 CHUNK_LINES = 500  # lines per translate call when reading a file or a pipe
 PROG = "seq2seq-translate"
-
-def add_decoding_args(ap: argparse.ArgumentParser) -> None:
-    """Decoding flags (shared with ``seq2seq-evaluate``); every default is None = the
-    ``DecodingConfig`` default, so defaults live in one place."""
-    d = DecodingConfig()
-    g = ap.add_argument_group("decoding (defaults from DecodingConfig)")
-    g.add_argument("--beam", "--beam-size", dest="beam_size", type=int, metavar="K",
-                   help=f"beam size; K > 1 = beam search, 1 = greedy (default: {d.method})")
-    g.add_argument("--nbest", type=int, help=f"hypotheses per sentence (beam/sample; default {d.nbest})")
-    g.add_argument("--lenpen", type=float, metavar="ALPHA", help=f"GNMT length-penalty alpha (default {d.alpha})")
-    g.add_argument("--length-penalty", choices=["gnmt", "average", "none"], help=f"normalization (default {d.length_penalty})")
-    g.add_argument("--max-len-a", type=float, help=f"max length = a*|src| + b (default a={d.max_len_a})")
-    g.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
-    g.add_argument("--stopping", choices=["exact", "heuristic", "patience"],
-                   help=f"beam: when a sentence is done (default {d.stopping}; see DecodingConfig)")
-    g.add_argument("--patience", type=float,
-                   help=f"with --stopping patience: stop after patience x K finished (default {d.patience})")
-    g.add_argument("--min-len", type=int, help=f"no EOS before this many tokens (default {d.min_len})")
-    g.add_argument("--no-repeat-ngram-size", type=int, metavar="N",
-                   help="no N-gram twice in an output: stops loops on input unlike the "
-                        f"training data (0 = off, default {d.no_repeat_ngram_size})")
-    g.add_argument("--sample", action="store_true", help="sample instead of searching")
-    g.add_argument("--temperature", type=float, help=f"sampling temperature (default {d.temperature})")
-    g.add_argument("--topk", type=int, help=f"sample from the k most likely (0 = off, default {d.top_k})")
-    g.add_argument("--topp", type=float, help=f"nucleus sampling mass (1 = off, default {d.top_p})")
-    g.add_argument("--seed", type=int, help="sampling seed")
-    g.add_argument("--max-tokens", "--batch-tokens", dest="max_tokens", type=int,
-                   help=f"padded source tokens per batch (default {d.max_tokens})")
-    g.add_argument("--no-split", action="store_true",
-                   help="translate each line as one sentence (for corpora of one sentence a "
-                        "line); default: lines are cut into sentences, translated, put back")
-    add_compute_type_argument(g)
-    add_shortlist_argument(g)
-    add_compile_argument(g)
-    g.add_argument("--device", default="cpu", help="torch device (default cpu)")
-
-
-def ignored_options(args: argparse.Namespace, decoding: DecodingConfig) -> list[str]:
-    """Flags given that ``decoding`` does not use, each with what would use it (the CLIs
-    warn: a flag dropped without a word is a silently wrong result)."""
-    given = {a for a in ("lenpen", "patience", "stopping", "temperature", "topk", "topp", "seed")
-             if getattr(args, a, None) is not None}
-    flag = {"lenpen": "--lenpen", "topk": "--topk", "topp": "--topp"}
-    notes = []
-    if "lenpen" in given and decoding.length_penalty != "gnmt":
-        notes.append(f"--lenpen has no effect with --length-penalty {decoding.length_penalty}; "
-                     "add --length-penalty gnmt")
-    if "patience" in given and (decoding.method != "beam" or decoding.stopping != "patience"):
-        notes.append("--patience has no effect without --beam K > 1 and --stopping patience")
-    if "stopping" in given and decoding.method != "beam":
-        notes.append("--stopping has no effect without --beam K > 1")
-    for name in ("temperature", "topk", "topp", "seed"):
-        if name in given and decoding.method != "sample":
-            notes.append(f"{flag.get(name, '--' + name)} has no effect without --sample")
-    return notes
-
+__all__ = ["build_parser", "decoding_from_args", "main", "run"]  # decoding_from_args: tests
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__,
@@ -122,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     add_direction_args(ap)
     ap.add_argument("--input", "-i", metavar="FILE", help="read lines from FILE; a document "
-                    "(.html, .htm, .docx, .srt) is translated into a file of its kind")
+                    "(.html, .htm, .docx, .srt, .odt, .odp, .pptx, .epub) is translated into a file "
+                    "of its kind")
     ap.add_argument("--output", "-o", metavar="FILE", help="where a document goes (default: "
                     "NAME.<target>.EXT beside the input; a .txt input with --output is a document)")
     ap.add_argument("--output-format", choices=["text", "jsonl"], default="text",
@@ -212,17 +160,9 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
-
-
-def _one_line(text: str) -> str:
-    """Whatever the detokenizer produced, it must not split the output line."""
-    return text.translate(_BREAKS)
-
-
 def _format(result, fmt: str) -> str:
     if fmt == "text":
-        return _one_line(result.hyp)
+        return one_line(result.hyp)
     return json.dumps({
         "src": result.src,
         "hyp": result.hyp,
@@ -280,6 +220,12 @@ FLAG_WORDS = {
     "cut": "a clause longer than the model takes was cut at words and translated in pieces: "
            "it may not read as one",
 }
+DOCUMENT_FLAG_WORDS = {
+    "numbers": "a number of the source is not in its translation (dropped, changed or written "
+               "out): check them",
+    "unsure": "confidence below the model's threshold: the input is probably unlike its "
+              "training data and these translations may be wrong",
+}
 COUNTED = ("numbers", "unsure")  # frequent on some inputs: counted, then said once each
 
 
@@ -330,15 +276,34 @@ def _translate_document(args, decoding: DecodingConfig) -> None:
             raise ValueError(f"{flag}: not for a document (--input {args.input}); a document "
                              "comes back as a document")
     documents.plan_output(args.input, args.output, args.target_lang, True)  # before the model loads
-    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device,
+                                            **load_from_args(args))
     note_compute_type(PROG, args.compute_type, translator.compute_type)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
     translator.tag_for(**direction)
     target = args.target_lang or translator.pair[1]
     out = documents.plan_output(args.input, args.output, target, args.force)
-    documents.translate_file(args.input, out, documents.sentence_translator(translator, **direction),
-                             args.source_lang or translator.pair[0], target)
+    recording = Recording(documents.sentence_translator(translator, **direction))
+    documents.translate_file(args.input, out, recording, args.source_lang or translator.pair[0],
+                             target)
     print(f"{PROG}: wrote {out}", file=sys.stderr)
+    warn_document_flags(recording.summary(), len(recording.sentences))
+
+
+def warn_document_flags(summary: dict[str, dict], sentences: int) -> None:
+    """One stderr line per flag a document's translations carry: how many of its sentences,
+    the first few (number and opening words), and what the flag means."""
+    for flag, entry in summary.items():
+        shown = ", ".join(f'{e["sentence"]} "{_opening(e["source"])}"' for e in entry["first"])
+        more = ", ..." if entry["count"] > len(entry["first"]) else ""
+        print(f"{PROG}: warning: {entry['count']} of {sentences} sentences flagged {flag} "
+              f"(sentence{'s' * (entry['count'] > 1)} {shown}{more}): "
+              f"{DOCUMENT_FLAG_WORDS.get(flag, FLAG_WORDS.get(flag, flag))}", file=sys.stderr)
+
+
+def _opening(sentence: str, chars: int = 40) -> str:
+    words = " ".join(sentence.split())
+    return words if len(words) <= chars else words[:chars].rstrip() + "..."
 
 
 def run(args) -> None:
@@ -357,7 +322,8 @@ def run(args) -> None:
         raise ValueError(f"--output {args.output}: only for a document --input "
                          f"({', '.join(documents.SUFFIXES)}); text goes to stdout")
     lines = _open_input(args)
-    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device)
+    translator = Translator.from_checkpoints(args.checkpoint, decoding=decoding, device=args.device,
+                                            **load_from_args(args))
     note_compute_type(PROG, args.compute_type, translator.compute_type)
     direction = {"target_lang": args.target_lang, "source_lang": args.source_lang}
     translator.tag_for(**direction)  # an unknown direction: refused before any input is read

@@ -2,14 +2,14 @@
 
 Each section is a dataclass validated in ``__post_init__``; errors name the field:
 ``model`` (the network, the optimizer), ``data`` (corpus, tokenizer, batching),
-``decoding`` (search), ``serve`` (the server), ``calibration`` (the "unsure" threshold), ``shortlist`` (the
+``decoding`` (search; ``LoadConfig``: how a model is prepared when it loads), ``serve`` (the server), ``calibration`` (the "unsure" threshold), ``shortlist`` (the
 vocabulary shortlist's table).
 YAML round trip: ``to_dict``/``from_dict`` (unknown keys are refused by name).
 """
 
 from seq2seq.config.calibration import CALIBRATION_SPLITS, CalibrationConfig
 from seq2seq.config.data import DataConfig, TokenizerConfig
-from seq2seq.config.decoding import MAX_BEAM, DecodingConfig
+from seq2seq.config.decoding import MAX_BEAM, DecodingConfig, LoadConfig
 from seq2seq.config.model import (
     Activation,
     ModelConfig,
@@ -24,7 +24,7 @@ from seq2seq.fields import ConfigError, from_dict, to_dict
 
 __all__ = [
     "CALIBRATION_SPLITS", "MAX_BEAM", "MAX_WINDOW_MS", "Activation", "CalibrationConfig",
-    "ConfigError", "DataConfig", "DecodingConfig", "ModelConfig", "Norm", "NormPosition",
+    "ConfigError", "DataConfig", "DecodingConfig", "LoadConfig", "ModelConfig", "Norm", "NormPosition",
     "OptimConfig", "Positional", "ServeConfig", "ShortlistConfig", "TokenizerConfig",
     "from_dict", "to_dict",
 ]

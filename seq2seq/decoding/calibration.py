@@ -4,7 +4,7 @@ of held-out Multi30k sentences (``seq2seq-calibrate``), stored in its checkpoint
 ``Translator`` flags an output whose confidence (``TranslationResult.confidence``) is below
 the threshold ``"unsure"``. By construction about ``quantile`` of sentences like the held-out
 ones are flagged (false alarms); text unlike the training data mostly is (measured by
-``scripts/unsure_rates.py``). The entry, ``{threshold, quantile, split, search, n}``, is under
+``scripts/experiments/unsure_rates.py``). The entry, ``{threshold, quantile, split, search, n}``, is under
 the checkpoint's checksum: an edited threshold is refused on load like an edited weight.
 """
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ShortlistConfig
+from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import compute
 from seq2seq.model.packed import PackedProjection
 from seq2seq.specials import PAD_ID
@@ -167,14 +168,15 @@ def default_files(pair: tuple[str | None, str | None], cfg: ShortlistConfig,
 
     src, tgt = pair
     if src is None or tgt is None:
-        raise ValueError(f"{where}: does not record one language pair (a multilingual model?), "
-                         "so the default Multi30k files are unknown; give --source and --target")
+        raise FieldError("{where}: does not record one language pair (a multilingual model?), "
+                         "so the default Multi30k files are unknown; give {source} and {target}",
+                         where=where)
     try:
         a, b = multi30k_files(DataConfig(src_lang=src, tgt_lang=tgt), cfg.split,
                               [(src, "src_lang"), (tgt, "tgt_lang")])
     except ValueError as e:  # a language Multi30k lacks
-        raise ValueError(f"{where} translates {src}-{tgt}: {e}; give --source and --target") \
-            from None
+        raise FieldError("{where} translates {pair}: {e}; give {source} and {target}",
+                         where=where, pair=f"{src}-{tgt}", e=e) from None
     return a, b
 
 
@@ -192,18 +194,18 @@ def shortlist_entry(ckpt: dict[str, Any], cfg: ShortlistConfig | None = None,
     meta = ckpt["seq2seq"]
     arch, tokenizers = config_of(meta, where), TokenizerPair.from_state(meta["tokenizers"])
     if cfg.per_source > arch.tgt_vocab_size:  # more columns would hold only filler
-        warnings.warn(f"--per-source {cfg.per_source} is more than the model's "
-                      f"{arch.tgt_vocab_size} target pieces: capped at {arch.tgt_vocab_size}",
-                      stacklevel=2)
+        warnings.warn(FieldWarning("{per_source} {k} is more than the model's {n} target "
+                                   "pieces: capped at {n}", k=cfg.per_source,
+                                   n=arch.tgt_vocab_size), stacklevel=2)
         cfg = replace(cfg, per_source=arch.tgt_vocab_size)
     paths = files or default_files((meta.get("src_lang"), meta.get("tgt_lang")), cfg, where)
     src, tgt = (read_lines(p) for p in paths)
     if len(src) != len(tgt):
-        raise ValueError(f"--source {paths[0]} has {len(src)} lines but --target {paths[1]} "
-                         f"{len(tgt)}: give line-aligned files")
+        raise FieldError("{source} {a} has {m} lines but {target} {b} {n}: give line-aligned "
+                         "files", a=paths[0], m=len(src), b=paths[1], n=len(tgt))
     src, tgt = (lines[: cfg.limit] if cfg.limit else lines for lines in (src, tgt))
     if not src:
-        raise ValueError(f"--source {paths[0]}: no lines to count pieces in")
+        raise FieldError("{source} {path}: no lines to count pieces in", path=paths[0])
     directions = directions_of(meta, where)
     specials = specials_of(arch, tokenizers.tgt, directions.tags if directions else ())
     table, frequent = build_table(tokenizers.src.encode(src), tokenizers.tgt.encode(tgt),

@@ -33,6 +33,7 @@ import torch
 import seq2seq.runtime as runtime
 from seq2seq.checkpoint import build_model, calibration_of, load_model, shortlist_of
 from seq2seq.config import DecodingConfig
+from seq2seq.config.decoding import ComputeType, load_config
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding import paragraphs
@@ -42,6 +43,7 @@ from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
+from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq, compiled, compute
 
 
@@ -115,16 +117,16 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, decoding: DecodingConfig | None = None,
-                        device: str | torch.device = "cpu", compute_type: str | None = None,
+                        device: str | torch.device = "cpu", compute_type: ComputeType | None = None,
                         shortlist: bool | None = None, compile: bool | None = None) -> Translator:
         """Model and tokenizers from one checkpoint (``CheckpointError``/``ValueError`` on a
-        bad file or a tokenizer whose bytes do not match its stored fingerprint). The model's
-        linear layers run in ``compute_type`` (default ``decoding.compute_type``; ``auto``
-        resolved, see :attr:`compute_type`; ``seq2seq.model.compute``). ``shortlist``
-        (default ``decoding.shortlist``): decode over each batch's candidates of the
-        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one).
-        ``compile`` (default ``decoding.compile``): the decoder step compiled ahead of time
-        (``model/compiled.py``; float32 only, ``ValueError`` otherwise)."""
+        bad file or a tokenizer whose bytes do not match its stored fingerprint). How the
+        model is prepared is set here, once (``LoadConfig``; None = its default): its linear
+        layers run in ``compute_type`` (``auto`` resolved, see :attr:`compute_type`;
+        ``seq2seq.model.compute``); ``shortlist``: decode over each batch's candidates of the
+        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one);
+        ``compile``: the decoder step compiled ahead of time (``model/compiled.py``; float32
+        only, ``ValueError`` otherwise)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
         return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type,
                                shortlist, compile)
@@ -132,10 +134,11 @@ class Translator:
     @classmethod
     def from_loaded(cls, ckpt: dict, where: str, decoding: DecodingConfig | None = None,
                     device: str | torch.device = "cpu", model=None,
-                    compute_type: str | None = None, shortlist: bool | None = None,
+                    compute_type: ComputeType | None = None, shortlist: bool | None = None,
                     compile: bool | None = None) -> Translator:
         """:meth:`from_checkpoint` of a checkpoint already loaded (and verified); ``model``:
         the one built from it, if any."""
+        load = load_config(compute_type=compute_type, shortlist=shortlist, compile=compile)
         meta = ckpt["seq2seq"]
         tokenizers = TokenizerPair.from_state(meta["tokenizers"])
         model = build_model(ckpt) if model is None else model
@@ -146,18 +149,18 @@ class Translator:
                                  f"{side} tokenizer {tok.vocab_size}")
         translator = cls(model, tokenizers, decoding, device, directions_of(meta, where),
                          (meta.get("src_lang"), meta.get("tgt_lang")), calibration_of(meta, where))
-        compute.prepare(translator.model, compute_type or translator.decoding.compute_type)
-        if translator.decoding.shortlist if shortlist is None else shortlist:
+        compute.prepare(translator.model, load.compute_type)
+        if load.shortlist:
             entry = shortlist_of(meta, model.arch, where)
             if entry is None:
-                raise ValueError(f"{where}: has no shortlist table; build one with "
-                                 "seq2seq-shortlist (-o NEW.ckpt or --in-place), or decode "
-                                 "without --shortlist")
+                raise FieldError("{where}: has no shortlist table; build one with "
+                                 "seq2seq-shortlist (-o NEW.ckpt or {in_place}), or decode "
+                                 "without {shortlist}", where=where)
             translator.model.shortlist = Shortlist.from_entry(entry, model.arch)
-        if translator.decoding.compile if compile is None else compile:
+        if load.compile:
             if translator.compute_type != "float32":
-                raise ValueError(f"--compile: only for --compute-type float32, not "
-                                 f"{translator.compute_type}")
+                raise FieldError("{compile}: only for {compute_type} float32, not {got}",
+                                 got=translator.compute_type)
             compiled.attach(translator.model)
         return translator
 
@@ -165,8 +168,8 @@ class Translator:
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike],
                          decoding: DecodingConfig | None = None,
                          device: str | torch.device = "cpu",
-                         compute_type: str | None = None,
-                         shortlist: bool | None = None) -> Translator:
+                         compute_type: ComputeType | None = None,
+                         shortlist: bool | None = None, compile: bool | None = None) -> Translator:
         """One checkpoint as :meth:`from_checkpoint`; several as an ensemble
         (``decoding.ensemble``): each step, the mean of the models' log-probs. Members must
         share tokenizers (so vocabulary and special ids) and direction(s); ``ValueError``
@@ -176,12 +179,10 @@ class Translator:
         if not paths:
             raise ValueError("no checkpoints given")
         if len(paths) == 1:
-            return cls.from_checkpoint(paths[0], decoding, device, compute_type, shortlist)
-        compute_type = compute_type or (decoding or DecodingConfig()).compute_type
-        shortlist = (decoding or DecodingConfig()).shortlist if shortlist is None else shortlist
-        if (decoding or DecodingConfig()).compile:
-            raise ValueError("--compile: for one model, not an ensemble of "
-                             f"{len(paths)} checkpoints")
+            return cls.from_checkpoint(paths[0], decoding, device, compute_type, shortlist, compile)
+        if load_config(compute_type=compute_type, shortlist=shortlist, compile=compile).compile:
+            raise FieldError("{compile}: for one model, not an ensemble of {n} checkpoints",
+                             n=len(paths))
         members = [cls.from_checkpoint(p, device=device, compute_type=compute_type,
                                        shortlist=shortlist) for p in paths]
         names = [str(p) for p in paths]
@@ -333,10 +334,11 @@ class Translator:
         limits = length_limits(torch.tensor(src_lens), self.decoding, self.model.arch.max_positions)
         short = int((limits <= m).sum())
         if short:
-            warnings.warn(f"{short} sentence(s) have a length limit (max_len_a * source + "
-                          f"max_len_b, at most {self.model.arch.max_positions - 1}) at or below "
-                          f"--min-len {m}: their outputs stop at that limit, unfinished",
-                          stacklevel=5)
+            warnings.warn(FieldWarning(
+                "{short} sentence(s) have a length limit (max_len_a * source + max_len_b, at "
+                "most {limit}) at or below {min_len} {m}: their outputs stop at that limit, "
+                "unfinished", short=short, limit=self.model.arch.max_positions - 1, m=m),
+                stacklevel=5)
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
         """Indices of ``todo`` packed within ``max_tokens`` padded source tokens (+ EOS)."""

@@ -9,7 +9,7 @@ holding every target piece aligned into it. On the shipped De->En model, with on
 noun or colour word per test_2016 sentence in ``<b>`` (377 sentences whose translation has
 its dictionary word), the bold landed on exactly that English word 335 times with the last
 layer, 176 with the mean over all layers (whose bold spans grew), 164 with the
-penultimate layer (``scripts/tag_alignment.py``).
+penultimate layer (``scripts/experiments/tag_alignment.py``).
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ CHUNK = 512  # sentences per model call of sentence_translator (each batched wit
 class Aligned:
     """One translated sentence and its alignment: ``links`` holds, per target piece,
     ``(tgt_start, tgt_end, src_start, src_end)`` character offsets into ``text`` and into
-    the source sentence."""
+    the source sentence; ``flags``, what the translation was warned of ("unsure",
+    "numbers", "cut", ...)."""
 
     text: str
     links: list[tuple[int, int, int, int]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # the model's warnings (TranslationResult.flags)
 
 
 # Sentences in, one aligned translation per sentence out (in order, one batch).
@@ -57,22 +59,23 @@ def piece_spans(text: str, pieces: list[str]) -> list[tuple[int, int] | None]:
 
 def aligned(result: TranslationResult) -> Aligned:
     """A :class:`TranslationResult` translated with ``need_attention=True`` as an
-    :class:`Aligned`; no links where there was nothing to translate."""
+    :class:`Aligned` (its flags kept); no links where there was nothing to translate."""
+    flags = list(result.flags)
     if result.attention is None or not result.attention.decoder_cross:
-        return Aligned(result.hyp)
+        return Aligned(result.hyp, flags=flags)
     weights = result.attention.decoder_cross[-1][0].float().mean(0)  # (1, H, L, S) -> (L, S)
     src = piece_spans(result.src, result.src_pieces)
     tgt = piece_spans(result.hyp, result.tgt_pieces)
     text_cols = [j for j, s in enumerate(src) if s is not None and j < weights.shape[1]]
     if not text_cols:
-        return Aligned(result.hyp)
+        return Aligned(result.hyp, flags=flags)
     links = []
     for i, span in enumerate(tgt[: weights.shape[0]]):
         if span is None:
             continue
         j = text_cols[int(weights[i, text_cols].argmax())]
         links.append((*span, *src[j]))
-    return Aligned(result.hyp, links)
+    return Aligned(result.hyp, links, flags)
 
 
 def sentence_translator(translator: Translator, **direction) -> SentenceTranslator:
@@ -85,6 +88,43 @@ def sentence_translator(translator: Translator, **direction) -> SentenceTranslat
                                                                   **direction)]
         return out
     return translate
+
+
+FIRST_FLAGGED = 5  # sentences named per flag in a document's summary
+
+
+def flag_summary(sentences: list[str], translations: list[Aligned],
+                 first: int = FIRST_FLAGGED) -> dict[str, dict]:
+    """Per flag the translations carry: ``count``, the sentences that have it, and
+    ``first``, the first few of them as ``{"sentence": n, "source": text}`` (``n`` counts
+    the document's sentences from 1, in reading order). JSON as it stands."""
+    summary: dict[str, dict] = {}
+    for n, (source, done) in enumerate(zip(sentences, translations), 1):
+        for flag in dict.fromkeys(done.flags):  # a flag twice on one sentence counts once
+            entry = summary.setdefault(flag, {"count": 0, "first": []})
+            entry["count"] += 1
+            if len(entry["first"]) < first:
+                entry["first"].append({"sentence": n, "source": source})
+    return summary
+
+
+class Recording:
+    """A :data:`SentenceTranslator` (``translate``) that keeps every sentence and
+    translation passing through it: ``summary()`` is their :func:`flag_summary`."""
+
+    def __init__(self, translate: SentenceTranslator):
+        self.translate = translate
+        self.sentences: list[str] = []
+        self.translations: list[Aligned] = []
+
+    def __call__(self, sentences: list[str]) -> list[Aligned]:
+        done = self.translate(sentences)
+        self.sentences += sentences
+        self.translations += done
+        return done
+
+    def summary(self) -> dict[str, dict]:
+        return flag_summary(self.sentences, self.translations)
 
 
 def snap(text: str, start: int, end: int) -> tuple[int, int]:

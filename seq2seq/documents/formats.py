@@ -1,4 +1,5 @@
-"""Plain text, subtitles and Word documents, translated with their structure kept.
+"""Plain text and subtitles, translated with their structure kept (Word documents:
+:mod:`seq2seq.documents.word`).
 
 Each format gathers every sentence of the document first and makes one ``translate`` call
 (one batch), then writes the translations back where the sentences were:
@@ -8,29 +9,22 @@ Each format gathers every sentence of the document first and makes one ``transla
 - ``.srt`` (the ``srt`` package): numbering and timing kept; a subtitle's lines are one text
   (a sentence may run over a line break), its translation wrapped back onto as many lines;
   tags around a whole subtitle (``<i>...</i>``) stay around it.
-- ``.docx`` (``python-docx``): every paragraph of the body, of tables (nested too), headers
-  and footers; a paragraph's runs (bold, italic, a hyperlink's runs, ...) are carried to
-  the target words by the alignment, like inline tags; styles and everything else kept but
-  the language metadata, which says the target language when that is known.
 """
 
 from __future__ import annotations
 
-import io
+import codecs
 import re
-import zipfile
-import zlib
-from contextlib import contextmanager
 
 from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
+from seq2seq.documents.package import DocumentError
+from seq2seq.fields import FieldError
 from seq2seq.text.segment import spacer
 
-MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 
-
-class DocumentError(ValueError):
-    """A document that cannot be read as what its name says (one line, no traceback)."""
+class OptionError(DocumentError, FieldError):
+    """A document's input or output refused, naming the option (``{output}``)."""
 
 
 def plan_texts(texts: list[str], split: Splitter) -> list[list[tuple[int, int]]]:
@@ -66,9 +60,14 @@ def decode_text(data: bytes, name: str) -> str:
         raise DocumentError(f"{name}: not UTF-8 text (byte {e.start}: {data[e.start]:#04x})") from None
 
 
+def encode_like(data: bytes, text: str) -> bytes:
+    """``text`` as UTF-8, with the byte order mark ``data`` started with (kept as found)."""
+    return (codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b"") + text.encode()
+
+
 def translate_txt(data: bytes, name: str, translate: SentenceTranslator, split: Splitter) -> bytes:
     lines = decode_text(data, name).split("\n")
-    return "\n".join(translate_texts(lines, translate, split)).encode()
+    return encode_like(data, "\n".join(translate_texts(lines, translate, split)))
 
 
 # ---------------------------------------------------------------- subtitles
@@ -88,6 +87,18 @@ def wrap(text: str, lines: int) -> str:
         else:
             current = f"{current} {w}" if current else w
     return "\n".join([*out, current])
+
+
+def rewrap(source: str, done: str) -> str:
+    """A subtitle's translation on as many lines as ``source``: broken where ``source`` is
+    when it has the same words (a name, a number, what the model copied), else by :func:`wrap`."""
+    lines = source.split("\n")
+    if [w.casefold() for w in done.split()] != [w.casefold() for w in source.split()]:
+        return wrap(done, len(lines))
+    words, out = iter(done.split()), []
+    for line in lines:
+        out.append(" ".join(next(words) for _ in line.split()))
+    return "\n".join(out)
 
 
 # A subtitle in italics (or bold, underlined, coloured) as a whole: its tags stay around it.
@@ -125,43 +136,13 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
     wrapped = [wrapping_tags(s.content) for s in subs]
     inner = [m[1] if m else s.content for m, s in zip(wrapped, subs)]
     joined = [" ".join(line.strip() for line in text.split("\n")) for text in inner]
-    for sub, m, done in zip(subs, wrapped, translate_texts(joined, translate, split)):
-        text = wrap(done, sub.content.count("\n") + 1)
+    for sub, m, source, done in zip(subs, wrapped, inner, translate_texts(joined, translate, split)):
+        text = rewrap(source, done)
         sub.content = m[0] + text + m[2] if m else text
-    return srt.compose(subs, reindex=False).encode()
+    return encode_like(data, srt.compose(subs, reindex=False))
 
 
-# ---------------------------------------------------------------- Word
-def _paragraphs(doc):
-    """Every paragraph once: the body's, then tables' cells (nested tables too; a merged
-    cell once), then headers' and footers'."""
-    seen = set()  # lxml elements: a merged cell is the same element in several places
-
-    def walk(container):
-        for p in container.paragraphs:
-            if p._p not in seen:
-                seen.add(p._p)
-                yield p
-        for table in getattr(container, "tables", []):
-            for row in table.rows:
-                for cell in row.cells:
-                    yield from walk(cell)
-    yield from walk(doc)
-    for section in doc.sections:
-        for part in (section.header, section.footer):
-            if not part.is_linked_to_previous:
-                yield from walk(part)
-
-
-def _runs(paragraph) -> list:
-    from docx.text.hyperlink import Hyperlink
-
-    out = []
-    for item in paragraph.iter_inner_content():
-        out.extend(item.runs if isinstance(item, Hyperlink) else [item])
-    return out
-
-
+# ---------------------------------------------------------------- runs by the alignment
 def _fill(owner: list[int | None], texts: list[str], first: int) -> None:
     """Characters no run's words claimed (spaces, words aligned nowhere) go to a neighbour:
     between two runs, to the earlier one if its source text ended in a space, else the later."""
@@ -207,98 +188,9 @@ def split_runs(texts: list[str], plan, done: list[Aligned]) -> list[str]:
         pieces += list(zip(owner, al.text))
         cursor = e
     source(cursor, len(text))
-    out, last = [""] * len(texts), 0
+    out: list[list[str]] = [[] for _ in texts]  # joined once: += on a list item copies
+    last = 0
     for r, piece in pieces:
         last = max(last, r)
-        out[last] += piece
-    return out
-
-
-# What python-docx raises on a package it cannot read (a part missing, a relationship to
-# nowhere, an element where another belongs), as it reads or as the document is walked.
-_UNREADABLE = (KeyError, ValueError, AttributeError, IndexError, TypeError, SyntaxError,
-               zipfile.BadZipFile)  # lxml's XMLSyntaxError is a SyntaxError
-
-
-@contextmanager
-def _refused_as_docx(name: str):
-    from docx.opc.exceptions import PackageNotFoundError
-
-    try:
-        yield
-    except (PackageNotFoundError, *_UNREADABLE) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if isinstance(e, (AttributeError, TypeError, IndexError)):  # about Python objects
-            reason = "its parts are not laid out as Word writes them"
-        kind = re.search(r"content type is '([^']*)'", reason)
-        if kind:  # python-docx names the file by its Python object: say what it holds instead
-            reason = f"its main part is {kind.group(1)}"
-        raise DocumentError(f"{name}: not a Word (.docx) document ({reason})") from None
-
-
-def _check_package(data: bytes, name: str) -> None:
-    """A zip of at most ``MAX_UNPACKED`` bytes whose XML parts parse and declare no DTD
-    (Word writes none; a DTD's entities are how billion laughs and external files get in,
-    and python-docx leaves them unexpanded, dropping the text after them)."""
-    from lxml import etree
-
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise DocumentError(f"{name}: not a .docx file (not a zip archive)")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
-    with zipfile.ZipFile(io.BytesIO(data)) as z:  # a small zip may unpack to gigabytes
-        unpacked = sum(i.file_size for i in z.infolist())
-        if unpacked > MAX_UNPACKED:
-            raise DocumentError(f"{name}: unpacks to {unpacked} bytes; documents may unpack to "
-                                f"at most {MAX_UNPACKED}")
-        for part in z.namelist():
-            if not part.lower().endswith((".xml", ".rels")):
-                continue
-            try:
-                tree = etree.fromstring(z.read(part), parser).getroottree()
-            except etree.XMLSyntaxError as e:
-                why = re.sub(r" \(<string>, line \d+\)$", "", str(e))  # lxml's, about no file
-                raise DocumentError(f"{name}: not a Word (.docx) document ({part} is not "
-                                    f"well-formed XML: {why})") from None
-            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error) as e:
-                raise DocumentError(f"{name}: not a .docx file ({part}: {e})") from None
-            if tree.docinfo.internalDTD is not None or tree.docinfo.doctype:
-                raise DocumentError(f"{name}: not a Word (.docx) document ({part} declares a "
-                                    "DTD (<!DOCTYPE ...>), which Word documents never have)")
-
-
-def _label_language(doc, target_lang: str) -> None:
-    """The document's language (core properties' ``dc:language``) set to ``target_lang``;
-    a package without core properties is left without (python-docx would invent a title)."""
-    from docx.opc.constants import RELATIONSHIP_TYPE
-
-    try:
-        doc.part.package.part_related_by(RELATIONSHIP_TYPE.CORE_PROPERTIES)
-    except KeyError:
-        return
-    doc.core_properties.language = target_lang
-
-
-def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split: Splitter,
-                   target_lang: str | None = None) -> bytes:
-    """The Word document translated, run by run; its language metadata ``target_lang``
-    when that is given."""
-    import docx
-
-    _check_package(data, name)
-    with _refused_as_docx(name):
-        doc = docx.Document(io.BytesIO(data))
-        paragraphs = [(p, _runs(p)) for p in _paragraphs(doc)]
-        texts = ["".join(r.text for r in runs) for _, runs in paragraphs]
-    plans = plan_texts(texts, split)
-    translated = _translate_units(texts, plans, translate)
-    with _refused_as_docx(name):
-        for (_, runs), plan, done in zip(paragraphs, plans, translated):
-            if plan:
-                for run, new in zip(runs, split_runs([r.text for r in runs], plan, done)):
-                    if run.text != new:
-                        run.text = new
-        if target_lang:
-            _label_language(doc, target_lang)
-        out = io.BytesIO()
-        doc.save(out)
-    return out.getvalue()
+        out[last].append(piece)
+    return ["".join(run) for run in out]

@@ -20,10 +20,14 @@ from seq2seq.text.segment import spacer
 Splitter = Callable[[str], list[tuple[int, int]]]  # text -> sentence character spans
 
 
+class Kept(str):
+    """Source text kept as it is (between units), as :meth:`Run.events` gives it."""
+
+
 @dataclass
 class _Node:
-    open: str = ""
-    close: str = ""
+    open: int = -1  # item indices of the element's tags (-1: the root, which has none)
+    close: int = -1
     start: int = 0
     end: int = 0
     children: list = field(default_factory=list)
@@ -84,6 +88,28 @@ def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
             return out
 
 
+_REFERENCE = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def _spelled(items) -> dict[int, str]:
+    """Characters the run's text always wrote as one reference (``&eacute;``, ``&nbsp;``,
+    ``&#228;``) -> that spelling, for :meth:`str.translate`: the output writes them the same
+    way (a page kept in ASCII stays so). Not ``&``, ``<``, ``>`` (always escaped) nor ASCII
+    letters or digits."""
+    spellings: dict[str, set[str]] = {}
+    literal: set[str] = set()
+    for it in items:
+        if it.kind == "text" and "&" in it.raw:
+            for m in _REFERENCE.finditer(it.raw):
+                spellings.setdefault(html.unescape(m.group()), set()).add(m.group())
+            literal.update(_REFERENCE.sub("", it.raw))
+        elif it.kind == "text":
+            literal.update(it.raw)
+    return {ord(ch): next(iter(ways)) for ch, ways in spellings.items()
+            if len(ch) == 1 and len(ways) == 1 and ch not in literal and ch not in "&<>"
+            and not (ch.isascii() and ch.isalnum())}
+
+
 class Run:
     """A run planned: ``sentences`` to translate, then :meth:`render` with their translations."""
 
@@ -102,6 +128,7 @@ class Run:
         self._starts = [u[0] for u in self.units]
         self.sentences = [self.text[s:e] for s, e in self.units]
         self.atoms = self._atoms(ranges)
+        self.spelled = _spelled(items)
 
     def _unit_of(self, a: int, b: int) -> int | None:
         k = bisect_right(self._starts, a) - 1
@@ -114,8 +141,9 @@ class Run:
         for k, it in enumerate(self.items):
             if it.kind != "text":
                 a, b = ranges.get(k, (0, 0))
-                inner = k in self.pairs and a < b
-                atoms.append([self._unit_of(a, b) if inner else None, k, None])
+                unit = self._unit_of(a, b) if k in self.pairs and a < b else None
+                around = unit is not None and [a, b] == list(self.units[unit])
+                atoms.append([None if around else unit, k, None])  # around a unit: kept there
                 continue
             lo, hi = self.pos[k], self.pos[k] + len(it.text)
             cuts = [lo, *edges[bisect_right(edges, lo):bisect_left(edges, hi)], hi]
@@ -135,20 +163,37 @@ class Run:
         return atoms
 
     def render(self, translations: list[Aligned]) -> str:
-        out, done = [], set()
+        """The run as HTML: tags from their raw bytes, text escaped once."""
+        out = "".join(self.items[t].raw if isinstance(t, int)
+                      else html.escape(t, quote=False).translate(self.spelled) if isinstance(t, Kept)
+                      else escape_output(t).translate(self.spelled) for t in self.events(translations))
+        return out
+
+    def events(self, translations: list[Aligned]) -> list:
+        """The run rebuilt as tokens in output order: an item's index (a tag, or a text item
+        kept whole), :class:`Kept` source text, or ``str`` translated text."""
+        out: list = []
+        done = set()
         self._members: dict[int, list[int]] = {}
-        for unit, k, _ in self.atoms:
+        stray: dict[int, list[tuple[int, int]]] = {}  # text between units, among a unit's tags
+        for unit, k, chunk in self.atoms:
             if unit is not None:
                 self._members.setdefault(unit, []).append(k)
+                if chunk and not self.units[unit][0] <= chunk[0] < self.units[unit][1]:
+                    stray.setdefault(unit, []).append(chunk)
         for unit, k, chunk in self.atoms:
             it = self.items[k]
             if unit is None:
                 whole = chunk is None or chunk == (self.pos[k], self.pos[k] + len(it.text))
-                out.append(it.raw if whole else html.escape(self.text[chunk[0]:chunk[1]], quote=False))
-            elif unit not in done:
+                out.append(k if whole else Kept(self.text[chunk[0]:chunk[1]]))
+            elif unit not in done:  # stray text kept, before or after the unit's translation
                 done.add(unit)
-                out += [self._render_unit(unit, translations[unit]), self._space(unit, translations)]
-        return "".join(out)
+                s, e = self.units[unit]
+                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if y <= s]
+                self._render_unit(unit, translations[unit], out)
+                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if x >= e]
+                out.append(self._space(unit, translations))
+        return [t for t in out if t != ""]
 
     def _space(self, unit: int, translations: list[Aligned]) -> str:
         """After a unit that its next one touches (no gap): ``segment.spacer``'s space."""
@@ -165,7 +210,7 @@ class Run:
         after = x == len(self.text) or self.text[x].isspace()
         return "free" if before and after else "left" if after else ""
 
-    def _render_unit(self, unit: int, al: Aligned) -> str:
+    def _render_unit(self, unit: int, al: Aligned, out: list) -> None:
         s, e = self.units[unit]
         root = _Node(start=0, end=len(al.text))
         stack, members = [root], set(self._members[unit])
@@ -176,7 +221,7 @@ class Run:
                 a, b = _trim(self.text, self.pos[k], self.pos[self.pairs[k]])
                 got = project_range(al, a - s, b - s)
                 at = project_point(al, a - s, e - s)
-                node = _Node(it.raw, self.items[self.pairs[k]].raw, *(got or (at, at)))
+                node = _Node(k, self.pairs[k], *(got or (at, at)))
                 stack[-1].children.append(node)
                 stack.append(node)
                 closing.append(self.pairs[k])
@@ -185,11 +230,9 @@ class Run:
                 closing.pop()
             elif it.kind != "text":
                 x = min(max(self.pos[k] - s, 0), e - s)
-                stack[-1].children.append(_Node(it.raw, start=project_point(al, x, e - s),
+                stack[-1].children.append(_Node(k, start=project_point(al, x, e - s),
                                                 point=True, glue=self._glue(s + x)))
-        out: list[str] = []
         _emit(al.text, root.children, 0, len(al.text), out)
-        return "".join(out)
 
 
 # The model's own output may hold character references: its training text does ("&amp;" is
@@ -203,16 +246,34 @@ def escape_output(text: str) -> str:
     return _BARE_AMP.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) -> None:
+def _settle(text: str, kids: list[_Node]) -> list[_Node]:
+    """Siblings in target order, their ranges made disjoint: where two overlap the narrower
+    keeps its words and the wider keeps the longest stretch left to it, so that an element
+    stretched over a whole sentence by one stray word does not swallow the words of a
+    sibling inside that stretch (a plain Word run around a bold one)."""
+    taken: list[tuple[int, int]] = []
+    for n in sorted((n for n in kids if not n.point and n.start < n.end),
+                    key=lambda n: (n.end - n.start, n.start)):
+        free = [(n.start, n.end)]
+        for a, b in taken:
+            free = [p for x, y in free for p in ((x, min(y, a)), (max(x, b), y)) if p[0] < p[1]]
+        free = [_trim(text, x, y) for x, y in free]
+        x, y = max(free, key=lambda p: p[1] - p[0], default=(n.start, n.start))
+        n.start, n.end = (x, y) if x < y else (n.start, n.start)
+        taken.append((n.start, n.end))
+    return sorted(kids, key=lambda n: n.start)
+
+
+def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None:
     """``text[lo:hi]`` with ``children`` placed in target order, each inside its parent and
-    after its earlier siblings (clipped where the alignment overlaps them). A loop with its
-    own stack, not recursion: nesting as deep as a page has is fine."""
-    frames = [[sorted(children, key=lambda n: n.start), 0, lo, hi, ""]]  # kids, next, cursor, end, close
+    after its earlier siblings (:func:`_settle`), as :meth:`Run.events` tokens. A loop with
+    its own stack, not recursion: nesting as deep as a page has is fine."""
+    frames = [[_settle(text, children), 0, lo, hi, -1]]  # kids, next, cursor, end, close
     while frames:
         frame = frames[-1]
         kids, k, cursor, end, close = frame
         if k == len(kids):
-            out += [escape_output(text[cursor:end]), close]
+            out += [text[cursor:end], close] if close >= 0 else [text[cursor:end]]
             frames.pop()
             continue
         c = kids[k]
@@ -223,7 +284,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) ->
             while back > cursor and text[back - 1].isspace():
                 back -= 1
             start = back + (c.glue == "free" and back < start)
-        out += [escape_output(text[cursor:start]), c.open]
+        out += [text[cursor:start], c.open]
         if c.point:
             if c.glue == "free" and start < end and not text[start].isspace():
                 out.append(" ")
@@ -231,7 +292,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list[str]) ->
             continue
         stop = min(max(c.end, start), end)
         frame[2] = stop
-        frames.append([sorted(c.children, key=lambda n: n.start), 0, start, stop, c.close])
+        frames.append([_settle(text, c.children), 0, start, stop, c.close])
 
 
 def sentence_splitter(lang: str | None = None):

@@ -105,7 +105,7 @@ _EARLY_STOPPING = {"heuristic": False, "exact": "never"}
 _LENGTH_PENALTY = {"average": 1.0, "none": 0.0}
 # Every DecodingConfig field is either written into the generation config (field -> the
 # GenerationConfig fields that carry it) or named here with why HF cannot hold it: a new
-# search option must be placed in one of the two (tests/test_export_hf.py checks it).
+# search option must be placed in one of the two (tests/export/test_export_hf.py checks it).
 HELD_BY_HF = {
     "method": ("num_beams", "do_sample"),
     "beam_size": ("num_beams",),
@@ -129,12 +129,6 @@ NOT_HELD_BY_HF = {
     "split_sentences": "cutting texts into sentences happens before the model (Translator)",
     "max_sentence_tokens": "as split_sentences: clause cuts before the model",
     "skip_ratio": "flags outputs after the search; it changes none",
-    "compute_type": "how our model's linear layers run on this CPU; the exported weights are "
-                    "float32, and HF's dtype is the caller's (torch_dtype)",
-    "shortlist": "the vocabulary shortlist's table stays in our checkpoint; HF generate "
-                 "scores the whole vocabulary",
-    "compile": "how our decoder step runs on this CPU (an AOTInductor package); HF's "
-               "generate has its own (torch.compile)",
 }
 
 

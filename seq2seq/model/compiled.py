@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.fields import FieldWarning
 from seq2seq.files import new_file_mode, write_atomic
 from seq2seq.machine import cache_home, cpu_flags
 from seq2seq.model.cache import DecoderCache
@@ -259,8 +260,9 @@ class CompiledStep:
         except Exception as e:  # noqa: BLE001 - any failure: eager decoding, one note
             self.failed = True
             why = " ".join(str(e).split())[:200]
-            note(f"--compile: the compiled decoder step failed ({type(e).__name__}: {why}); "
-                 "decoding eagerly")
+            warnings.warn(FieldWarning("{compile}: the compiled decoder step failed ({kind}: "
+                                       "{why}); decoding eagerly", kind=type(e).__name__, why=why),
+                          stacklevel=2)
             return None
         COUNTS["loaded"] += 1
         return loader
@@ -268,7 +270,8 @@ class CompiledStep:
     def _compile(self, model, group: int, path: Path, why: str | None) -> None:
         what = "greedy search" if group == 1 else f"beam width {group}"
         if why:
-            note(f"--compile: the cached package {path} {why}; compiling it again")
+            warnings.warn(FieldWarning("{compile}: the cached package {path} {why}; compiling it "
+                                       "again", path=path, why=why), stacklevel=2)
         note(f"compiling the decoder step for this model and {what} once (a C++ build: "
              f"~30 s on 2 idle cores, minutes on a busy machine), cached in {path.parent}")
         start = time.perf_counter()
@@ -295,7 +298,8 @@ def attach(model) -> bool:
     """Give a float32 CPU ``model`` a compiled step (``model.compiled_step``), used by
     ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler."""
     if cpp_compiler() is None:
-        note("--compile: no C++ compiler found (g++/clang++); decoding eagerly")
+        warnings.warn(FieldWarning("{compile}: no C++ compiler found (g++/clang++); decoding "
+                                   "eagerly"), stacklevel=2)
         return False
     model.compiled_step = CompiledStep(model)
     return True

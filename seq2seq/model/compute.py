@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config.decoding import ComputeType
+from seq2seq.fields import FieldError
 from seq2seq.machine import cpu_flags
 
 CHOICES: tuple[str, ...] = get_args(ComputeType)
@@ -63,7 +64,8 @@ def resolve(compute_type: str, d_model: int) -> str:
     """The compute type that runs: ``auto`` becomes the fastest native one (int8 on a CPU
     with VNNI/AMX int8, else bfloat16 with native bf16, else float32); others stay."""
     if compute_type not in CHOICES:
-        raise ValueError(f"--compute-type {compute_type!r}: not one of {', '.join(CHOICES)}")
+        raise FieldError("{compute_type} {got!r}: not one of {choices}", got=compute_type,
+                         choices=", ".join(CHOICES))
     if compute_type != "auto":
         return compute_type
     if d_model >= AUTO_MIN_D_MODEL and native_int8():
@@ -150,13 +152,13 @@ def prepare(model: nn.Module, compute_type: str = "float32") -> nn.Module:
     chosen = resolve(compute_type, d_model)
     device = next(model.parameters()).device
     if chosen == "int8" and device.type != "cpu":
-        raise ValueError(f"--compute-type int8: runs on the CPU only, not {device}; use "
-                         "float32 or bfloat16 there")
+        raise FieldError("{compute_type} int8: runs on the CPU only, not {device}; use "
+                         "float32 or bfloat16 there", device=device)
     if chosen == "bfloat16" and device.type == "cpu" and not native_bf16():
-        raise ValueError("--compute-type bfloat16: this CPU has no native bfloat16 (AVX-512 BF16 "
+        raise FieldError("{compute_type} bfloat16: this CPU has no native bfloat16 (AVX-512 BF16 "
                          "or AMX); use float32 or int8")
     if chosen == "int8" and "onednn" not in torch.backends.quantized.supported_engines:
-        raise ValueError("--compute-type int8: this torch build has no oneDNN quantized engine; "
+        raise FieldError("{compute_type} int8: this torch build has no oneDNN quantized engine; "
                          "use float32")
     kernel = KERNELS.get(chosen)
     for module in model.modules():

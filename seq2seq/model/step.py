@@ -23,7 +23,7 @@ per layer (all levels, as ``torch.profiler`` counts them: ``scripts/bench/opcoun
 ``Seq2Seq.decode_hidden`` takes this path for a one-token cached step in eval mode without
 autograd, with no weights requested and sinusoidal or learned positions; everything else,
 and the reference every search is tested against (uncached decoding), goes through the
-layers. Tests hold both paths equal (``tests/test_step.py``, ``tests/test_model.py``).
+layers. Tests hold both paths equal (``tests/model/test_step.py``, ``tests/model/test_model.py``).
 """
 
 from __future__ import annotations

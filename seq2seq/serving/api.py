@@ -12,9 +12,7 @@ The model runs on the ``MicroBatcher``'s worker thread, never on the event loop.
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 from functools import partial
 
 from fastapi import HTTPException, Request
@@ -29,13 +27,15 @@ from pydantic import (
 )
 
 from seq2seq.config import DecodingConfig, ServeConfig
-from seq2seq.config.decoding import decoding_from_args
+from seq2seq.config.decoding import decoding_from_options, options_of
 from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.directions import DirectionError, tag_piece
+from seq2seq.fields import render
 from seq2seq.serving.batcher import MicroBatcher
 from seq2seq.serving.keys import ApiKeys, KeyRefused
 from seq2seq.serving.limits import bounded, check_cost
 from seq2seq.serving.models import ServedModel
+from seq2seq.serving.offload import DocumentWork
 
 
 class DecodingOptions(BaseModel):
@@ -107,12 +107,31 @@ class AttentionRequest(DecodingOptions):
 
 
 # ---------------------------------------------------------------- request checks
+# The request field of each option (a DecodingConfig field, or another name a message
+# gives), where it is not the field's own name: seq2seq-translate's flags, with underscores.
+JSON_NAMES = {"method": "sample", "beam_size": "beam", "alpha": "lenpen", "top_k": "topk",
+              "top_p": "topp", "split_sentences": "no_split"}
+SERVER_OPTIONS = ("max_tokens",)  # the server's (ServeConfig.max_batch_tokens), not a request's
+
+
+def json_name(field: str) -> str:
+    """The request field that sets ``field``: how the API says what the library calls it."""
+    return JSON_NAMES.get(field, field)
+
+
+def api_message(e: BaseException) -> str:
+    """An error in the request's own words: options named by their request fields."""
+    return " ".join(render(e, json_name).split())
+
+
 def decoding_for(options: DecodingOptions, cfg: ServeConfig) -> DecodingConfig:
     """The request's ``DecodingConfig``, built exactly as ``seq2seq-translate`` builds it from
     flags, within the server's limits (``ValueError`` naming the option otherwise)."""
-    fields = options.model_dump(exclude={"model", "beam", "texts", "text", *DIRECTION})
-    args = argparse.Namespace(beam_size=options.beam, max_tokens=cfg.max_batch_tokens, **fields)
-    decoding = decoding_from_args(args)
+    given = {f.name: getattr(options, json_name(f.name), None) for f in options_of(DecodingConfig)
+             if f.name not in SERVER_OPTIONS}
+    given["method"] = "sample" if options.sample else None  # flags alone: true or not given
+    given["split_sentences"] = False if options.no_split else None
+    decoding = decoding_from_options({**given, "max_tokens": cfg.max_batch_tokens})
     if decoding.method == "beam" and decoding.beam_size > cfg.max_beam:
         raise ValueError(f"beam {decoding.beam_size}: this server allows at most {cfg.max_beam}")
     if decoding.nbest > cfg.max_nbest:
@@ -174,20 +193,16 @@ def attention_json(r: TranslationResult, first: str = "<s>") -> dict:
 
 
 # ---------------------------------------------------------------- the server
-def api_words(message: str) -> str:
-    """An option error in the request's own words: ``--max-len-a`` -> ``max_len_a``."""
-    message = re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), message)
-    return " ".join(message.replace("DecodingConfig.", "").split())
-
-
 class Server:
-    """The models, limits, keys and batcher behind one app (``app.state.server``)."""
+    """The models, limits, keys, batcher and document workers behind one app
+    (``app.state.server``)."""
 
     def __init__(self, models: dict[str, ServedModel], cfg: ServeConfig):
         if not models:
             raise ValueError("seq2seq-serve needs at least one model (-m CHECKPOINT)")
         self.models, self.cfg = models, cfg
         self.batcher = MicroBatcher(cfg.window_ms / 1000.0, cfg.call_work, cfg.request_timeout_s, cfg.max_queue)
+        self.documents = DocumentWork()
         self.default = next(iter(models))
         self.keys = ApiKeys.load(cfg.api_keys, cfg.req_limit) if cfg.api_keys else None
 
@@ -205,14 +220,14 @@ class Server:
             served.translator.tag_for(**direction)
         except DirectionError as e:
             # in the request's words: "name the target language (target_lang)", not the flag
-            raise HTTPException(422, f"model {served.name!r}: {api_words(str(e))}") from None
+            raise HTTPException(422, f"model {served.name!r}: {api_message(e)}") from None
         return direction
 
     def decoding(self, options: DecodingOptions) -> DecodingConfig:
         try:
             return decoding_for(options, self.cfg)
         except ValueError as e:
-            raise HTTPException(422, api_words(str(e))) from None
+            raise HTTPException(422, api_message(e)) from None
 
     def authorize(self, key: str | None) -> None:
         """Nothing without ``--api-keys``; else 403 (no or unknown key) or 429 (over its limit)."""
@@ -262,8 +277,10 @@ class Server:
 
     def health(self) -> dict:
         b = self.batcher
+        d = self.documents
         return {"status": "ok", "models": list(self.models), "requests": b.requests,
-                "model_calls": b.model_calls, "rss_mb": rss_mb()}
+                "model_calls": b.model_calls, "rss_mb": rss_mb(),
+                "documents": {"running": d.running, "started": d.started, "stopped": d.stopped}}
 
 
 DIRECTION = ("target_lang", "source_lang")  # request fields = Translator keywords

@@ -11,6 +11,7 @@ off, since their scripts come from a CDN (blank pages offline).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from contextlib import asynccontextmanager
@@ -124,14 +125,18 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         await server.batcher.start()
+        await asyncio.to_thread(server.documents.warm)
         try:
             yield
         finally:
             await server.batcher.stop()
+            for close in _app.state.on_shutdown:  # e.g. the translated-file store
+                close()
 
     app = FastAPI(title="seq2seq", summary="Translation and attention weights of seq2seq models",
                   lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.server = server
+    app.state.on_shutdown = []
     app.add_middleware(BodyLimit, max_bytes=server.cfg.max_body_bytes,
                        timeout_s=server.cfg.body_timeout_s, render=error)
     app.add_middleware(Failures)

@@ -3,7 +3,7 @@
 ``GET /download_file/<name>`` sends the translated file (an attachment named as LibreTranslate
 names it: ``NAME_<target>.EXT``, RFC 6266's ``filename*`` for a name beyond ASCII, the media
 type of its extension). Documents are ``seq2seq.documents``' formats (.txt, .html, .htm,
-.docx, .srt).
+.docx, .srt, .odt, .odp, .pptx, .epub).
 
 Bounded like ``/translate``: the upload by the body limit, the document's sentences by the
 work limit (all of them together), the whole request by the time limit. Translated files
@@ -13,7 +13,6 @@ live in a private temporary folder (removed when the server exits), at most
 
 from __future__ import annotations
 
-import asyncio
 import re
 import tempfile
 import time
@@ -26,15 +25,9 @@ from urllib.parse import quote
 from fastapi import HTTPException, Request
 from fastapi.responses import FileResponse
 
-from seq2seq.documents import (
-    SUFFIXES,
-    Aligned,
-    DocumentError,
-    check_format,
-    suffix,
-    translate_document,
-)
-from seq2seq.documents.inline import sentence_splitter
+from seq2seq.documents import SUFFIXES, DocumentError, check_format, suffix
+from seq2seq.documents.align import Aligned, flag_summary
+from seq2seq.serving import offload
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import run_aligned
 
@@ -43,7 +36,10 @@ MAX_NAME_BYTES = 200  # a download's name in UTF-8 (file systems allow 255)
 SUPPORTED = list(SUFFIXES)
 MEDIA = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8",
          ".htm": "text/html; charset=utf-8", ".srt": "application/x-subrip",
-         ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
+         ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+         ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+         ".odt": "application/vnd.oasis.opendocument.text",
+         ".odp": "application/vnd.oasis.opendocument.presentation", ".epub": "application/epub+zip"}
 
 
 def bad(message: str) -> HTTPException:
@@ -55,14 +51,26 @@ class Store:
     file is named by its random id alone: an upload's name never reaches the file system."""
 
     def __init__(self):
-        self._dir = tempfile.TemporaryDirectory(prefix="seq2seq-files-")  # removed at exit
+        # removed by close() (the server's shutdown), else by the interpreter's exit
+        self._dir = tempfile.TemporaryDirectory(prefix="seq2seq-files-")
+        self.path = Path(self._dir.name)
         self.files: OrderedDict[str, tuple[Path, int, float]] = OrderedDict()
+        self.closed = False
+
+    def close(self) -> None:
+        """The folder and every file in it removed: after SIGTERM the process ends without
+        running its exit handlers, so the server's shutdown calls this."""
+        self.closed = True
+        self.files.clear()
+        self._dir.cleanup()
 
     def put(self, download: str, data: bytes) -> str:
         """``data`` kept under a new name, ``<id>.<download>`` (the download's name after the
-        first dot, as LibreTranslate's are)."""
+        first dot, as LibreTranslate's are); 503 once the store is closed."""
+        if self.closed:
+            raise HTTPException(503, "the server is shutting down", {"Retry-After": "5"})
         key = uuid.uuid4().hex
-        path = Path(self._dir.name) / key
+        path = self.path / key
         path.write_bytes(data)
         name = f"{key}.{download}"
         self.files[name] = (path, len(data), time.monotonic())
@@ -145,34 +153,35 @@ class FileRoutes:
         download = download_name(file.filename, target)  # before the work: it cannot fail after
         data = await file.read()
         work = self._translate(data, file.filename, source, target)
-        done = await bounded(request, work, self.libre.server.cfg.request_timeout_s)
+        done, flags = await bounded(request, work, self.libre.server.cfg.request_timeout_s)
         name = self.store.put(download, done)
         base = str(request.url.replace(query=None)).rsplit("/translate_file", 1)[0]
-        return {"translatedFileUrl": f"{base}/download_file/{quote(name, safe='')}"}
+        # "flags": ours, beside LibreTranslate's one field (its clients read that one alone)
+        return {"translatedFileUrl": f"{base}/download_file/{quote(name, safe='')}",
+                "flags": flags}
 
-    async def _translate(self, data: bytes, filename: str, source: str, target: str) -> bytes:
+    async def _translate(self, data: bytes, filename: str, source: str,
+                         target: str) -> tuple[bytes, dict]:
         """Read the document once for its sentences, translate them on the batcher (merged
-        with other requests), then write it with their translations."""
-        asked: list[str] = []
-
-        def record(sentences: list[str]) -> list[Aligned]:
-            asked.extend(sentences)
-            return [Aligned(s) for s in sentences]
-
+        with other requests), then write it with their translations; the document and its
+        translations' :func:`flag_summary`. Reading and writing run in a child process
+        (:mod:`offload`): the server answers meanwhile, and a cancelled request's child is
+        killed."""
+        work = self.libre.server.documents
+        lang = None if source == "auto" else source
         try:
-            lang = None if source == "auto" else source
-            await asyncio.to_thread(translate_document, data, filename, record, lang)
+            asked = await work.run(offload.document_sentences, data, filename, lang)
             if source == "auto":
                 source = self.libre.detector.detect(" ".join(asked)[:2000])[0]
             self.libre._check_pair(source, target)
             if source == target or not asked:
-                return data
+                return data, {}
             done = await self._run(asked, source, target)
-            return await asyncio.to_thread(  # cut as before, labelled from the source found
-                translate_document, data, filename, lambda _: done, source,
-                sentence_splitter(lang), target)
+            written = await work.run(offload.rebuild_document, data, filename, done, lang,
+                                     source, target)  # cut as before, labelled from the source found
         except DocumentError as e:
             raise bad(str(e)) from None
+        return written, flag_summary(asked, done)
 
     async def _run(self, sentences: list[str], source: str, target: str) -> list[Aligned]:
         served = self.libre.pairs[(source, target)]
@@ -198,7 +207,7 @@ def add_file_routes(router, libre) -> FileRoutes:
     """``/translate_file`` and ``/download_file/<name>`` on LibreTranslate's ``router``."""
     routes = FileRoutes(libre)
     router.add_api_route("/translate_file", routes.translate_file, methods=["POST"],
-                         summary="Translate a document (.txt, .html, .htm, .docx, .srt)")
+                         summary=f"Translate a document ({', '.join(SUFFIXES)})")
     router.add_api_route("/download_file/{name}", routes.download_file, methods=["GET"],
                          summary="A translated document, by the name /translate_file gave")
     return routes

@@ -306,6 +306,6 @@ def add_routes(app: FastAPI, server: Server) -> LibreTranslate:
     add("/health", lambda: {"status": "ok"}, methods=["GET"], summary="Liveness")
     explorer = OURS + "/" if libre.at_root else "/"
     add("/", lambda: RedirectResponse(explorer), methods=["GET"], include_in_schema=False)
-    add_file_routes(router, libre)
+    app.state.on_shutdown.append(add_file_routes(router, libre).store.close)
     app.include_router(router)
     return libre

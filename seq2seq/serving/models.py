@@ -64,12 +64,12 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 
 def load_models(specs: list[str], device: str | torch.device = "cpu",
-                compute_type: str | None = None, shortlist: bool = False,
+                compute_type: str | None = None, shortlist: bool | None = None,
                 compile: bool | None = None) -> dict[str, ServedModel]:
-    """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each with
-    its linear layers in ``compute_type`` (None: ``DecodingConfig``'s default), its
-    checkpoint's vocabulary shortlist with ``shortlist``, and its decoder step compiled
-    with ``compile`` (None: ``DecodingConfig``'s default; ``model/compiled.py``)."""
+    """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each
+    prepared as ``Translator.from_checkpoint`` does with the load options (None:
+    ``LoadConfig``'s default): its linear layers in ``compute_type``, its checkpoint's
+    vocabulary shortlist with ``shortlist``, its decoder step compiled with ``compile``."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
