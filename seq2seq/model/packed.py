@@ -56,6 +56,11 @@ class PackedProjection:
 
 
 
+# Below this many weights a prepacked oneDNN call loses to F.linear: its ~12 us fixed cost
+# per call outweighs the layout's gain (1 thread, 2-core AMD EPYC AVX-512: 128x128 at 1 row
+# 16 vs 4 us, 128x512 at 64 rows 90 vs 100 us; 512x512 even at 1 row, 2.5x faster at 5).
+PACK_MIN_WEIGHTS = 512 * 512
+
 # activations oneDNN applies inside the linear call: (its name, its algorithm)
 FUSED_ACTIVATIONS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), F.silu: ("swish", "")}
 
@@ -74,9 +79,10 @@ class Packed:
 
 def pack(weight: Tensor, bias: Tensor | None, act=None) -> Packed | None:
     """:class:`Packed` of a float32 CPU weight, with ``act`` (None, or a key of
-    :data:`FUSED_ACTIVATIONS`) fused; None where oneDNN cannot take it (then ``F.linear``)."""
+    :data:`FUSED_ACTIVATIONS`) fused; None where oneDNN cannot take it or would be slower
+    (under :data:`PACK_MIN_WEIGHTS`; then ``F.linear``)."""
     if not (_supported() and weight.device.type == "cpu" and weight.dtype == torch.float32
-            and (act is None or act in FUSED_ACTIVATIONS)):
+            and weight.numel() >= PACK_MIN_WEIGHTS and (act is None or act in FUSED_ACTIVATIONS)):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)

@@ -10,8 +10,9 @@ per layer (all levels, as ``torch.profiler`` counts them: ``scripts/bench/opcoun
 - the linear layers as :class:`StepPlan` lays them out once per weights (not per step):
   self-attention's W^Q, W^K, W^V as one matmul whose output is per head ``[q_h k_h v_h]``
   (so Q, K and V are views of it), 1/sqrt(d_k) folded into the query weights, and, on a
-  float32 CPU, every linear one prepacked oneDNN call with the feed-forward's activation
-  fused (``packed.Packed``; otherwise each goes through ``compute.linear``);
+  float32 CPU, every linear of at least ``packed.PACK_MIN_WEIGHTS`` weights one prepacked
+  oneDNN call with the feed-forward's activation fused (``packed.Packed``; smaller ones,
+  where oneDNN's fixed cost per call loses, and compute types go through ``compute.linear``);
 - self-attention: K/V appended to the cache, one ``bmm`` for the scores ``(R*H, 1, P+1)``
   (no mask: one new query may see every cached position), softmax, one ``bmm`` with V;
 - cross-attention: the memory's K^T ``(M*H, d_k, S)``, V ``(M*H, S, d_v)`` and the additive
