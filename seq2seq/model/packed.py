@@ -77,12 +77,36 @@ class Packed:
                                                   self.algorithm)
 
 
+class Plain:
+    """``act(b + x W^T)`` of rows ``x (R, in)`` as one ``addmm`` over ``W``'s transposed view
+    (``F.linear``'s own dispatch costs a few more calls per step); no autograd."""
+
+    def __init__(self, weight: Tensor, bias: Tensor, act=None):
+        self.weight_t, self.bias, self.act = weight.detach().t(), bias.detach(), act
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = torch.addmm(self.bias, x, self.weight_t)
+        return y if self.act is None else self.act(y)
+
+
+def prepare_linear(weight: Tensor, bias: Tensor, act=None) -> Packed | Plain | None:
+    """A float32 CPU linear layer (with ``act``) laid out for inference calls: prepacked
+    for oneDNN where that is faster (:data:`PACK_MIN_WEIGHTS` weights or more), else one
+    ``addmm``; None for other dtypes and devices."""
+    if not (weight.device.type == "cpu" and weight.dtype == torch.float32):
+        return None
+    if weight.numel() >= PACK_MIN_WEIGHTS:
+        fast = pack(weight, bias, act)
+        if fast is not None:
+            return fast
+    return Plain(weight, bias, act)
+
+
 def pack(weight: Tensor, bias: Tensor | None, act=None) -> Packed | None:
     """:class:`Packed` of a float32 CPU weight, with ``act`` (None, or a key of
-    :data:`FUSED_ACTIVATIONS`) fused; None where oneDNN cannot take it or would be slower
-    (under :data:`PACK_MIN_WEIGHTS`; then ``F.linear``)."""
+    :data:`FUSED_ACTIVATIONS`) fused; None where oneDNN cannot take it."""
     if not (_supported() and weight.device.type == "cpu" and weight.dtype == torch.float32
-            and weight.numel() >= PACK_MIN_WEIGHTS and (act is None or act in FUSED_ACTIVATIONS)):
+            and (act is None or act in FUSED_ACTIVATIONS)):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)

@@ -43,7 +43,7 @@ from seq2seq.model.cache import DecoderCache
 from seq2seq.model.compute import linear
 from seq2seq.model.layers import DecoderLayer, Embedding, MultiHeadAttention
 from seq2seq.model.norms import Residual
-from seq2seq.model.packed import pack
+from seq2seq.model.packed import prepare_linear
 from seq2seq.profiling import phase
 
 Linear = Callable[[Tensor], Tensor]  # rows (R, in) -> (R, out)
@@ -82,11 +82,11 @@ def _qkv_weights(attn: MultiHeadAttention) -> tuple[Tensor, Tensor]:
 
 
 def _as_linear(like, weight: Tensor, bias: Tensor, act=None, packed: bool = True) -> Linear:
-    """``act(x weight^T + bias)``: one prepacked oneDNN call where that is the same function
-    (float32 on CPU, no compute-type kernel on ``like``), else ``compute.linear`` with a
-    kernel of ``like``'s type for these weights."""
+    """``act(x weight^T + bias)``: ``packed.prepare_linear``'s call where that is the same
+    function (float32 on CPU, no compute-type kernel on ``like``), else ``compute.linear``
+    with a kernel of ``like``'s type for these weights."""
     kernel = like.__dict__.get("kernel")
-    fast = pack(weight, bias, act) if packed and kernel is None else None
+    fast = prepare_linear(weight, bias, act) if packed and kernel is None else None
     if fast is not None:
         return fast
     m = SimpleNamespace(weight=weight, bias=bias, kernel=None if kernel is None else type(kernel)())
