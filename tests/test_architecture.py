@@ -36,7 +36,7 @@ LAYERS = {
     "scripts.bench.profile": 11, "scripts.bench.vocab": 11, "scripts.bench.split": 11,
     "scripts.bench.shared": 11, "scripts.bench.data": 11, "scripts.bench.load": 11,
     "scripts.bench.paragraphs": 11, "scripts.bench.segmenters": 11, "scripts.bench.gemm": 11,
-    "scripts.bench.students": 11, "scripts.bench.latency": 11,
+    "scripts.bench.students": 11, "scripts.bench.latency": 11, "scripts.bench.opcount": 11,
     "scripts.bench.report": 12,
     "scripts.bench.run": 13,
     "scripts.*": 14,  # the scripts a user runs (scripts/*.py)

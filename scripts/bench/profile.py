@@ -32,6 +32,16 @@ def top_operators(events, row_limit: int) -> list[dict]:
     return sorted(ops, key=lambda o: -o["seconds"])[:row_limit]
 
 
+# the GEMM and attention kernels: what a step cannot do without (the rest is host glue)
+KERNEL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product",
+              "mkldnn::", "aten::mkldnn_")
+
+
+def kernel_seconds(events) -> float:
+    """Self CPU time of the matmul / attention kernels (:data:`KERNEL_OPS`) in ``events``."""
+    return sum(e.self_cpu_time_total for e in events if e.key.startswith(KERNEL_OPS)) / 1e6
+
+
 def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam_size: int = 5,
                  max_tokens: int = 2000, n_batches: int = 2, row_limit: int = 20) -> dict:
     """Profile our beam search (``stopping="exact"``, the library default) on the first
@@ -53,7 +63,8 @@ def profile_beam(model: Seq2Seq, ckpt: dict, texts: Sequence[str], *, beam_size:
             "decoder_rows_if_stopped_at_best": beam_size * sum(len(h) + 1 for h in hyps),
             "mean_best_len": sum(map(len, hyps)) / len(hyps), "max_len": [b.max_len for b in batches],
             "max_tokens": max_tokens, "beam_size": beam_size,
-            "phases": phase_times(events), "ops": top_operators(events, row_limit)}
+            "phases": phase_times(events), "ops": top_operators(events, row_limit),
+            "kernel_s": kernel_seconds(events)}
 
 
 TRAIN_PHASES = (("train.forward_loss", "forward + loss"), ("train.backward", "backward"),

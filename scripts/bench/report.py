@@ -120,6 +120,10 @@ def profile_report(res: dict, title: str) -> str:
         f"  decoder rows computed {res['decoder_rows']:,}; if each sentence stopped right after "
         f"its 1-best's EOS: {res['decoder_rows_if_stopped_at_best']:,} ({waste:.1f}x fewer)",
     ]
+    if "kernel_s" in res:
+        lines.append(f"  inside matmul / attention kernels (mm, addmm, bmm, baddbmm, SDPA, oneDNN "
+                     f"linear; self time): {res['kernel_s']:.2f} s, "
+                     f"{100 * res['kernel_s'] / total:.1f}% of wall")
     return "\n".join(lines + _phases_and_ops(res, total))
 
 

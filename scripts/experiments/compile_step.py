@@ -40,7 +40,7 @@ import torch._inductor  # noqa: E402
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.model.compiled import CompiledStep, cache_dir, pure_step  # noqa: E402
-from seq2seq.model.step import decoder_step  # noqa: E402
+from seq2seq.model.step import decoder_step, projections  # noqa: E402
 from seq2seq.model.transformer import Seq2Seq  # noqa: E402
 
 
@@ -71,10 +71,11 @@ def compiled(model, cpp_wrapper: bool, as_is: bool):
         return torch.compile(decoder_step, dynamic=True)
     fn = torch.compile(pure_step, dynamic=True)
     attn = model.decoder.layers[0].self_attn
+    plan = [projections(layer, packed=False) for layer in model.decoder.layers]
 
     def step(model, tokens, cache):
         layouts = cache.cross_layout()  # eager: checks the memory mask once per cache
-        return fn(model, tokens, cache.extend(1, attn.h, attn.d_k, attn.d_v), layouts)
+        return fn(model, plan, tokens, cache.extend(1, attn.h, attn.d_k, attn.d_v), layouts)
     return step
 
 

@@ -103,6 +103,8 @@ class _Beams:
     scores: Tensor  # (N, K) total log-probs, best first
     tokens: Tensor  # (N, K, T) ids so far, then pad
     last: Tensor  # (N * K,) the token each beam feeds the decoder next
+    max_len: Tensor  # (N,) each sentence's length limit
+    row0: Tensor  # (N, 1) each sentence's first decoder row, n * K (kept: no arange a step)
 
 
 @dataclass
@@ -112,7 +114,6 @@ class _Candidates:
     scores: Tensor  # (N, 2K)
     origin: Tensor  # (N, 2K) the beam each extends
     tok: Tensor  # (N, 2K) the token it adds
-    tokens: Tensor  # (N, 2K, T) its ids so far
 
 
 ROW_CHUNK = 64  # vocabulary entries per chunk in :func:`row_topk` (measured: 32-100 alike)
@@ -141,26 +142,25 @@ def row_topk(x: Tensor, k: int, chunk: int = ROW_CHUNK) -> tuple[Tensor, Tensor]
         return x.topk(k, dim=1)
     body = x[:, : G * chunk].view(R, G, chunk)
     top_chunks = body.amax(dim=2).topk(k, dim=1).indices  # (R, k)
-    rows = torch.arange(R, device=x.device)[:, None]
-    cand = body[rows, top_chunks].view(R, k * chunk)
-    offsets = torch.arange(chunk, device=x.device)
-    cand_idx = (top_chunks[..., None] * chunk + offsets).view(R, k * chunk)
+    cand = body.gather(1, top_chunks[..., None].expand(R, k, chunk)).view(R, k * chunk)
     if G * chunk < V:  # the tail is always a candidate
         cand = torch.cat((cand, x[:, G * chunk :]), dim=1)
-        tail = torch.arange(G * chunk, V, device=x.device).expand(R, -1)
-        cand_idx = torch.cat((cand_idx, tail), dim=1)
     values, i = cand.topk(k, dim=1)
-    return values, cand_idx.gather(1, i)
+    # candidate i -> vocabulary id: its chunk's start plus its offset, or a tail position
+    idx = top_chunks.gather(1, (i // chunk).clamp_(max=k - 1)) * chunk + i % chunk
+    if G * chunk < V:
+        idx = torch.where(i < k * chunk, idx, i + (G - k) * chunk)
+    return values, idx
 
 
-def _row_tops(rows: DecoderRows, beams: _Beams, t: int, max_len: Tensor, decoding: DecodingConfig,
+def _row_tops(rows: DecoderRows, beams: _Beams, t: int, decoding: DecodingConfig,
               arch: ModelConfig, force: bool, on_step) -> tuple[Tensor, Tensor]:
     """Feed each beam its last token; the top ``C = 2K`` log-probs of every beam's row after
     the output rules, and their tokens, ``(N*K, C)`` each, formed a block of rows at a time
     (:data:`LOGITS_BLOCK`). ``on_step`` (tests) sees all rows' raw log-probs at once."""
     K = beams.scores.shape[1]
     h = rows.hidden(beams.last)  # (N*K, d_model)
-    row_max = max_len.repeat_interleave(K)
+    row_max = beams.max_len.repeat_interleave(K)
     V = arch.tgt_vocab_size
     C = min(2 * K, V)
     block = h.shape[0] if on_step is not None else max(1, LOGITS_BLOCK // V)
@@ -180,7 +180,7 @@ def _row_tops(rows: DecoderRows, beams: _Beams, t: int, max_len: Tensor, decodin
     return (tops[0], toks[0]) if len(tops) == 1 else (torch.cat(tops), torch.cat(toks))
 
 
-def _candidates(beams: _Beams, row_top: Tensor, row_tok: Tensor, t: int) -> _Candidates:
+def _candidates(beams: _Beams, row_top: Tensor, row_tok: Tensor) -> _Candidates:
     """Extend every beam by every token and keep each sentence's top 2K, from each beam's
     top ``C`` (``row_top``/``row_tok (N*K, C)``, :func:`_row_tops`).
 
@@ -191,47 +191,57 @@ def _candidates(beams: _Beams, row_top: Tensor, row_tok: Tensor, t: int) -> _Can
     C = row_top.shape[1]
     total = (row_top.view(N, K, C) + beams.scores[..., None]).view(N, K * C)
     scores, idx = total.topk(min(2 * K, K * C), dim=1)  # sorted
-    origin, tok = idx // C, row_tok.view(N, K * C).gather(1, idx)
+    return _Candidates(scores, idx // C, row_tok.view(N, K * C).gather(1, idx))
+
+
+def _histories(beams: _Beams, origin: Tensor, tok: Tensor, t: int) -> Tensor:
+    """``(N, c, T)`` ids so far of the extensions ``tok (N, c)`` of beams ``origin (N, c)``
+    at step ``t``: formed only for the candidates kept (the next beams, finishing ones)."""
     tokens = beams.tokens.gather(1, origin[..., None].expand(-1, -1, beams.tokens.shape[2]))
     tokens[:, :, t] = tok
-    return _Candidates(scores, origin, tok, tokens)
+    return tokens
 
 
-def _next_beams(beams: _Beams, cand: _Candidates, eos: int) -> tuple[_Beams, Tensor]:
+def _next_beams(beams: _Beams, cand: _Candidates, is_eos: Tensor, rank: Tensor, t: int
+                ) -> tuple[_Beams, Tensor]:
     """The K best non-EOS candidates become the beams (topk is sorted: order by rank).
+    ``is_eos (N, 2K)``: which candidates end with EOS; ``rank (2K,)``: 0 .. 2K-1.
     Returns them and each new beam's parent row ``(N, K)`` among the old ``N*K`` rows."""
     N, K = beams.scores.shape
-    rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
-    live = (rank + (cand.tok == eos) * 2 * K).argsort(dim=1)[:, :K]  # (N, K)
-    origin = cand.origin.gather(1, live)
-    parents = torch.arange(N, device=origin.device)[:, None] * K + origin
-    tokens = cand.tokens.gather(1, live[..., None].expand(-1, -1, cand.tokens.shape[2]))
-    return _Beams(beams.sent, cand.scores.gather(1, live), tokens,
-                  cand.tok.gather(1, live).reshape(-1)), parents
+    live = (rank + is_eos * 2 * K).argsort(dim=1)[:, :K]  # (N, K)
+    origin, tok = cand.origin.gather(1, live), cand.tok.gather(1, live)
+    return _Beams(beams.sent, cand.scores.gather(1, live), _histories(beams, origin, tok, t),
+                  tok.view(-1), beams.max_len, beams.row0), beams.row0 + origin
 
 
-def _offer_finished(pool: FinishedPool, beams: _Beams, cand: _Candidates, t: int,
-                    decoding: DecodingConfig, eos: int, last_step: bool) -> None:
-    """EOS candidates ranked within the top K (all top K at a forced last step) finish."""
+def _offer_finished(pool: FinishedPool, beams: _Beams, cand: _Candidates, is_eos: Tensor,
+                    t: int, decoding: DecodingConfig, last_step: bool) -> None:
+    """EOS candidates ranked within the top K (all top K at a forced last step) finish;
+    a step where none does leaves the pool alone (one sync instead of its merge)."""
     K = beams.scores.shape[1]
-    rank = torch.arange(cand.tok.shape[1], device=cand.tok.device)
-    finishing = ((cand.tok == eos) | last_step) & (rank < K) & cand.scores.isfinite()
-    norm = cand.scores / length_penalty(float(t + 1), decoding)
-    pool.merge(beams.sent, cand.tokens, cand.scores.masked_fill(~finishing, NEG_INF),
-               norm.masked_fill(~finishing, NEG_INF), t + 1)
+    finishing = ((is_eos[:, :K] | last_step) & cand.scores[:, :K].isfinite())
+    if not bool(finishing.any()):
+        return
+    scores = cand.scores[:, :K]  # only the top K can finish
+    norm = scores / length_penalty(float(t + 1), decoding)
+    pool.merge(beams.sent, _histories(beams, cand.origin[:, :K], cand.tok[:, :K], t),
+               scores.masked_fill(~finishing, NEG_INF), norm.masked_fill(~finishing, NEG_INF),
+               t + 1)
 
 
-def _drop_done(rows: DecoderRows, beams: _Beams, parents: Tensor, done: Tensor) -> _Beams:
-    """Reorder the decoder rows to the new beams; sentences that are done leave the batch
-    (their memory rows too), the others keep theirs without a copy."""
-    if not bool(done.any()):
+def _drop_done(rows: DecoderRows, beams: _Beams, parents: Tensor, done: Tensor,
+               n_done: int) -> _Beams:
+    """Reorder the decoder rows to the new beams; the ``n_done`` sentences that are done
+    leave the batch (their memory rows too), the others keep theirs without a copy."""
+    if n_done == 0:
         rows.select(parents.view(-1), cross=False)
         return beams
     keep = (~done).nonzero().squeeze(1)
     rows.select(parents[keep].view(-1), cross=True)
-    K = beams.scores.shape[1]
+    N, K = keep.shape[0], beams.scores.shape[1]
     return _Beams(beams.sent[keep], beams.scores[keep], beams.tokens[keep],
-                  beams.last.view(-1, K)[keep].reshape(-1))
+                  beams.last.view(-1, K)[keep].reshape(-1), beams.max_len[keep],
+                  beams.row0[:N])
 
 
 @torch.inference_mode()
@@ -252,22 +262,26 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
     pool = FinishedPool.empty(B, n, T, arch.pad_id, device)
     scores = torch.full((B, K), NEG_INF, device=device)
     scores[:, 0] = 0.0
-    beams = _Beams(torch.arange(B, device=device), scores,
-                   torch.full((B, K, T), arch.pad_id, dtype=torch.long, device=device), first)
+    sent = torch.arange(B, device=device)
+    beams = _Beams(sent, scores, torch.full((B, K, T), arch.pad_id, dtype=torch.long, device=device),
+                   first, max_len_all, sent[:, None] * K)
+    rank = torch.arange(min(2 * K, K * min(2 * K, arch.tgt_vocab_size)), device=device)
     for t in range(T):
-        max_len = max_len_all[beams.sent]  # (N,)
-        row_top, row_tok = _row_tops(rows, beams, t, max_len, decoding, arch,
-                                     force_length is not None, on_step)
-        cand = _candidates(beams, row_top, row_tok, t)
+        row_top, row_tok = _row_tops(rows, beams, t, decoding, arch, force_length is not None,
+                                     on_step)
+        cand = _candidates(beams, row_top, row_tok)
         last_step = force_length is not None and t == T - 1
-        _offer_finished(pool, beams, cand, t, decoding, eos, last_step)
-        beams, parents = _next_beams(beams, cand, eos)
+        is_eos = cand.tok == eos
+        _offer_finished(pool, beams, cand, is_eos, t, decoding, last_step)
+        max_len = beams.max_len
+        beams, parents = _next_beams(beams, cand, is_eos, rank, t)
         done = (t >= max_len) if force_length is None else torch.full_like(max_len, last_step, dtype=torch.bool)
         if stop_early:
             done = done | _finished(pool, beams, t, max_len, decoding, force_length)
-        if bool(done.all()):
+        n_done = int(done.sum())  # the step's one sync for stopping
+        if n_done == done.shape[0]:
             break
-        beams = _drop_done(rows, beams, parents, done)
+        beams = _drop_done(rows, beams, parents, done, n_done)
     nbest = min(decoding.nbest, K)
     return [h[:nbest] for h in pool.hypotheses(eos)], pool.tokens[:, 0]
 

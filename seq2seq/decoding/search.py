@@ -55,29 +55,41 @@ def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: 
     state, last = start(model, src, use_cache, T, first=first)
     out = torch.full((B, T), arch.pad_id, dtype=torch.long, device=device)
     scores = torch.zeros(B, device=device)
-    lengths = torch.full((B,), T, dtype=torch.long, device=device)
-    rows = torch.arange(B, device=device)  # original sentence of each active row
+    lengths = torch.full((B,), T, dtype=torch.long, device=device)  # a row ending at t: t + 1
+    rows = None  # original sentence of each active row; None while all B are (no gathers)
     for t in range(T):
         lprobs = state.step(last)  # (N, V)
         if on_step is not None:
             on_step(t, lprobs)
         with phase("seq2seq.search.constrain"):
-            prefix = out[rows, :t] if decoding.no_repeat_ngram_size else None  # (N, t)
-            lprobs = constrain(lprobs, t, max_len[rows], decoding, arch, force_length is not None,
-                               prefix)
+            prefix = _active(out, rows)[:, :t] if decoding.no_repeat_ngram_size else None  # (N, t)
+            lprobs = constrain(lprobs, t, _active(max_len, rows), decoding, arch,
+                               force_length is not None, prefix)
         tok = choose(lprobs)  # (N,)
-        scores[rows] += lprobs.gather(1, tok[:, None]).squeeze(1)
-        out[rows, t] = tok
-        done = tok == arch.eos_id
-        lengths[rows[done]] = t + 1
-        if bool(done.all()) or t == T - 1:
+        chosen = lprobs.gather(1, tok[:, None]).squeeze(1)
+        if rows is None:
+            scores += chosen
+            out[:, t] = tok
+        else:
+            scores[rows] += chosen
+            out[rows, t] = tok
+        if t == T - 1:
             break
-        if bool(done.any()):
+        done = tok == arch.eos_id
+        if bool(done.any()):  # the step's one sync: rows end rarely
+            lengths[done if rows is None else rows[done]] = t + 1
             keep = (~done).nonzero().squeeze(1)
+            if keep.shape[0] == 0:
+                break
             state.select(keep)
-            rows, tok = rows[keep], tok[keep]
+            rows, tok = (keep if rows is None else rows[keep]), tok[keep]
         last = tok
     return out, scores, lengths
+
+
+def _active(x: Tensor, rows: Tensor | None) -> Tensor:
+    """The active rows of ``x (B, ...)``: all while ``rows`` is None."""
+    return x if rows is None else x[rows]
 
 
 @torch.inference_mode()

@@ -4,7 +4,8 @@ Per decoder layer it holds
 - self-attention keys ``(B, H, P, d_k)`` and values ``(B, H, P, d_v)`` of the ``P`` target
   positions decoded so far, written in place into buffers preallocated for ``capacity``
   positions (doubled when a decode call needs more), so a step appends without copying
-  the past, and
+  the past; all layers' keys are one tensor ``(layers, B, H, C, d_k)`` (values likewise),
+  so a reorder is one ``index_select`` each, not one per layer, and
 - cross-attention keys/values ``(M, H, S, d_k)`` / ``(M, H, S, d_v)`` of the encoder memory,
   projected once per source sentence and reused at every step. ``group`` decoder rows share
   one memory row (``B = M * group``): beam search's K hypotheses of a sentence read its
@@ -13,8 +14,7 @@ Per decoder layer it holds
 
 It also owns positions: :attr:`length` (``P``) is where the next target tokens sit, which
 is where their positional encodings (and RoPE angles) start. ``reorder`` selects rows
-in place (beam search keeps surviving hypotheses, finished sentences leave the batch),
-one layer at a time, so at most one layer's K/V exist twice.
+in place (beam search keeps surviving hypotheses, finished sentences leave the batch).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class DecoderCache:
         self.memory_mask = memory_mask  # (M, 1, 1, S)
         self.capacity = max(int(capacity), 1)
         self.group = group  # decoder rows n*group .. n*group + group-1 read memory row n
-        self._buffers: list[KV] = []  # per layer: K (B, H, capacity, d_k), V (..., d_v)
+        self._stacked: KV | None = None  # K (layers, B, H, C, d_k), V (..., d_v)
+        self._buffers: list[KV] = []  # per layer: views K (B, H, C, d_k), V of the stacks
         self._filled: list[int] = [0] * len(cross_kv)  # positions written, per layer
         self._layout: list[tuple[Tensor, Tensor, Tensor]] | None = None  # see cross_layout
 
@@ -61,16 +62,23 @@ class DecoderCache:
         (views over the first P positions carry C in their strides only)."""
         return list(self._buffers)
 
+    def _allocate(self, like: Tensor, heads: int, d_k: int, d_v: int) -> None:
+        """Every layer's (empty) buffers, dtype and device of ``like``, for B rows."""
+        shape = (len(self.cross_kv), self.batch_size, heads, self.capacity)
+        self._set(like.new_empty(*shape, d_k), like.new_empty(*shape, d_v))
+
+    def _set(self, k: Tensor, v: Tensor) -> None:
+        self._stacked = (k, v)  # views by select: unbind's may not be written with autograd on
+        self._buffers = [(k[i], v[i]) for i in range(k.shape[0])]
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Write layer ``layer``'s K ``(B, H, L, d_k)`` / V ``(B, H, L, d_v)`` of L new positions
         after its P cached ones; return its K/V over all ``P + L`` positions (views)."""
-        if layer == len(self._buffers):  # first call: the buffers take dtype/device from K/V
-            B, H, _, _ = k.shape
-            self._buffers.append((k.new_empty(B, H, self.capacity, k.shape[-1]),
-                                  v.new_empty(B, H, self.capacity, v.shape[-1])))
+        if self._stacked is None:  # first call: the buffers take dtype/device from K/V
+            self._allocate(k, k.shape[1], k.shape[-1], v.shape[-1])
         P, L = self._filled[layer], k.shape[2]
-        if P + L > self._buffers[layer][0].shape[2]:
-            self._grow(layer, P + L)
+        if P + L > self._stacked[0].shape[3]:
+            self._grow(P + L)
         buf_k, buf_v = self._buffers[layer]
         buf_k[:, :, P : P + L] = k
         buf_v[:, :, P : P + L] = v
@@ -81,28 +89,26 @@ class DecoderCache:
         """Every layer's K ``(B, H, P + L, d_k)`` / V views over ``P + L`` positions, the last
         L counted as written: the caller writes them before reading (a compiled step, whose
         shapes then depend only on the views, writes them inside its graph)."""
-        K0 = self.cross_kv[0][0]
-        B, P = self.batch_size, self.length
-        for layer in range(len(self.cross_kv)):
-            if layer == len(self._buffers):
-                self._buffers.append((K0.new_empty(B, heads, self.capacity, d_k),
-                                      K0.new_empty(B, heads, self.capacity, d_v)))
-            if P + L > self._buffers[layer][0].shape[2]:
-                self._grow(layer, P + L)
-            self._filled[layer] = P + L
+        if self._stacked is None:
+            self._allocate(self.cross_kv[0][0], heads, d_k, d_v)
+        P = self.length
+        if P + L > self._stacked[0].shape[3]:
+            self._grow(P + L)
+        self._filled = [P + L] * len(self._filled)
         return [(k[:, :, : P + L], v[:, :, : P + L]) for k, v in self._buffers]
 
-    def _grow(self, layer: int, needed: int) -> None:
-        """Double the layer's buffers until ``needed`` positions fit (amortized O(1) a step)."""
-        buf_k, buf_v = self._buffers[layer]
-        size = buf_k.shape[2]
+    def _grow(self, needed: int) -> None:
+        """Double the buffers until ``needed`` positions fit (amortized O(1) a step)."""
+        size = self._stacked[0].shape[3]
         while size < needed:
             size *= 2
-        P = self._filled[layer]
-        new_k = buf_k.new_empty(*buf_k.shape[:2], size, buf_k.shape[3])
-        new_v = buf_v.new_empty(*buf_v.shape[:2], size, buf_v.shape[3])
-        new_k[:, :, :P], new_v[:, :, :P] = buf_k[:, :, :P], buf_v[:, :, :P]
-        self._buffers[layer] = (new_k, new_v)
+        P = max(self._filled)
+        grown = []
+        for buf in self._stacked:
+            new = buf.new_empty(*buf.shape[:3], size, buf.shape[4])
+            new[:, :, :, :P] = buf[:, :, :, :P]
+            grown.append(new)
+        self._set(*grown)
 
     def cross_layout(self) -> list[tuple[Tensor, Tensor, Tensor]] | None:
         """Per layer, the memory side laid out for one-token steps (``model.step``): K^T
@@ -140,20 +146,19 @@ class DecoderCache:
                 if self.memory_mask is not None:
                     self.memory_mask = self.memory_mask.index_select(0, memory_rows)
                 self._layout = None  # made again from the kept rows when next needed
-            for layer, P in enumerate(self._filled):  # the old layer is freed before the next
-                self._buffers[layer] = self._pick_filled(self._buffers[layer], P, indices)
+            if self._stacked is not None:
+                self._set(*(self._pick_filled(buf, max(self._filled), indices)
+                            for buf in self._stacked))
             return self
 
     @staticmethod
-    def _pick_filled(kv: KV, P: int, indices: Tensor) -> KV:
-        """Rows ``indices`` of the first P positions into fresh buffers: the free positions
-        after P are never read, so they are not copied. The fresh buffers have room for
-        ``P // 4 + 1`` more positions, not the old capacity: beam search reorders (and so
-        reallocates) at every step, so a doubled capacity would only cost memory."""
-        out = []
-        for buf in kv:
-            B, H, _, d = buf.shape
-            new = buf.new_empty((indices.shape[0], H, P + P // 4 + 1, d))
-            torch.index_select(buf[:, :, :P], 0, indices, out=new[:, :, :P])
-            out.append(new)
-        return out[0], out[1]
+    def _pick_filled(buf: Tensor, P: int, indices: Tensor) -> Tensor:
+        """Rows ``indices`` of the first P positions of ``buf (layers, B, H, C, d)``, all
+        layers at once, into a fresh buffer: the free positions after P are never read, so
+        they are not copied. The fresh buffer has room for ``P // 4 + 1`` more positions,
+        not the old capacity: beam search reorders (and so reallocates) at every step, so
+        a doubled capacity would only cost memory."""
+        layers, _, H, _, d = buf.shape
+        new = buf.new_empty((layers, indices.shape[0], H, P + P // 4 + 1, d))
+        torch.index_select(buf[:, :, :, :P], 1, indices, out=new[:, :, :, :P])
+        return new

@@ -37,7 +37,7 @@ from seq2seq.fields import FieldWarning
 from seq2seq.files import new_file_mode, write_atomic
 from seq2seq.machine import cache_home, cpu_flags
 from seq2seq.model.cache import DecoderCache
-from seq2seq.model.step import decoder_step, layer_step
+from seq2seq.model.step import decoder_step, layer_step, projections
 
 COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests and notes
 ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
@@ -58,14 +58,16 @@ def _write_last(K: Tensor, V: Tensor):
     return write
 
 
-def pure_step(model, tokens: Tensor, kv, layouts) -> Tensor:
+def pure_step(model, plan, tokens: Tensor, kv, layouts) -> Tensor:
     """``tokens (R,)``, per layer K/V views ``(R, H, P+1, d)`` and the cross layout ->
-    ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P."""
+    ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P.
+    ``plan``: each layer's ``step.Projections`` through ``compute.linear`` (a graph holds
+    no prepacked oneDNN weight; Inductor lays the weights out itself)."""
     emb, P = model.tgt_embed, kv[0][0].shape[2] - 1
     x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
                   alpha=emb.scale)
-    for layer, (K, V), layout in zip(model.decoder.layers, kv, layouts):
-        x = layer_step(layer, x, _write_last(K, V), layout)
+    for layer, proj, (K, V), layout in zip(model.decoder.layers, plan, kv, layouts):
+        x = layer_step(layer, proj, x, _write_last(K, V), layout)
     return model.decoder.final_norm(x)[:, None]
 
 
@@ -77,10 +79,13 @@ class BufferStep(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model = model
+        with torch.no_grad():
+            self.plan = [projections(layer, packed=False) for layer in model.decoder.layers]
 
     def forward(self, tokens, bufs, layouts, pos):
         P1 = pos.shape[0]
-        return pure_step(self.model, tokens, [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
+        return pure_step(self.model, self.plan, tokens,
+                         [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
                          layouts)
 
 

@@ -104,6 +104,7 @@ class Seq2Seq(nn.Module):
         if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
         self.packed_output = PackedProjection()  # inference's copy of it; not a weight
+        self.step_plan = step.StepPlan()  # the one-token step's linears (model/step.py)
         self.compute_type = "float32"  # how the linear layers multiply (model/compute.py:prepare)
         self._init_weights()
 
@@ -130,7 +131,9 @@ class Seq2Seq(nn.Module):
                    capacity: int = 64, group: int = 1) -> DecoderCache:
         """A fresh cache holding each layer's cross-attention K/V of ``memory (M, S, d_model)``,
         with room for ``capacity`` target positions before it grows, for ``M * group``
-        decoder rows (``group`` consecutive rows per memory row: beams of one sentence)."""
+        decoder rows (``group`` consecutive rows per memory row: beams of one sentence).
+        The one-token step's weights are checked here, once per cache (``step.StepPlan``)."""
+        self.step_plan.refresh(self)
         return DecoderCache(self.decoder.cross_kv(memory), memory_mask, capacity, group)
 
     def decode(

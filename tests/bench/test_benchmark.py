@@ -324,7 +324,9 @@ def test_profile_reports_each_phase_label_that_ran(ckpt):
     assert all(p["seconds"] > 0 for p in res["phases"])
     assert not {o["op"] for o in res["ops"]} & profiling.LABELS
     assert res["decoder_rows"] >= res["steps"] * 2  # beam 2: two rows per sentence and step
+    assert 0 < res["kernel_s"] <= res["wall_s"] * 2  # matmul/attention kernels' self time
     report = R.profile_report(res, "profile")
+    assert "inside matmul / attention kernels" in report
     for p in res["phases"]:
         assert f"{p['phase']:<60s} {p['seconds']:7.3f}" in report
 

@@ -137,3 +137,18 @@ def test_cache_extend_then_write_equals_append():
         for (ka, va), (kb, vb), (kc, vc) in zip(a.self_kv, b.self_kv, c.self_kv):
             assert torch.equal(ka, kb) and torch.equal(va, vb)
             assert torch.equal(ka, kc) and torch.equal(va, vc)
+
+
+def test_step_operator_calls_stay_few():
+    """Operator calls (``torch.profiler`` events, all levels) per decoder step and per search
+    step, batch 1 greedy and beam 3, on a 2-layer decoder: counts, not times, so the same on
+    any machine. The bounds are what the step reached (220.5 / 273 greedy, 248 / 454 beam)
+    with a little room. Each small linear is one ``addmm`` (6 events), not one prepacked
+    oneDNN call (1 event): fewer events there were slower (``packed.PACK_MIN_WEIGHTS``).
+    """
+    from scripts.bench.opcount import count_case
+
+    model = model_for()
+    greedy, beam = count_case(model, 1, 1), count_case(model, 1, 3)
+    assert greedy["decoder_step"] <= 230 and greedy["search_step"] <= 285
+    assert beam["decoder_step"] <= 260 and beam["search_step"] <= 470
