@@ -35,7 +35,8 @@ from seq2seq.serving.keys import ApiKeys, KeyRefused
 from seq2seq.serving.limits import bounded, check_cost
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.offload import DocumentWork
-from seq2seq.translation.translator import TranslationResult, Translator
+from seq2seq.translation.result import TranslationResult
+from seq2seq.translation.translator import Translator
 
 
 class DecodingOptions(BaseModel):
