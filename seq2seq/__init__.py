@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 
 # name -> the module that is its one home
 _EXPORTS = {
-    "Translator": "seq2seq.decoding.translator",
-    "TranslationResult": "seq2seq.decoding.translator",
+    "Translator": "seq2seq.translation.translator",
+    "TranslationResult": "seq2seq.translation.result",
     "load_checkpoint": "seq2seq.checkpoint",
     "CheckpointError": "seq2seq.checkpoint",
     "ModelConfig": "seq2seq.config",
@@ -53,10 +53,11 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ impo
         ServeConfig,
         TokenizerConfig,
     )
-    from seq2seq.decoding.translator import TranslationResult, Translator
     from seq2seq.metrics import all_scores
     from seq2seq.model import Seq2Seq
     from seq2seq.plotting import plot_attention
+    from seq2seq.translation.result import TranslationResult
+    from seq2seq.translation.translator import Translator
 
 
 def __getattr__(name: str):

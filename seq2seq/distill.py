@@ -27,9 +27,9 @@ from pathlib import Path
 
 from seq2seq.config import DecodingConfig, LoadConfig
 from seq2seq.data.sources import read_lines
-from seq2seq.decoding.translator import Translator
 from seq2seq.fields import FieldError
 from seq2seq.files import write_atomic
+from seq2seq.translation.translator import Translator
 
 PROVENANCE = "provenance.json"
 FORMAT = 1  # the folder layout's version, in its provenance

@@ -33,7 +33,7 @@ from torch import Tensor
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src, collate_tgt_in
 from seq2seq.decoding.rules import length_penalty
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"

@@ -12,9 +12,9 @@ from helpers import ROOT
 
 def test_top_level_exports_the_public_api():
     import seq2seq
-    from seq2seq import checkpoint, config, decoding
+    from seq2seq import checkpoint, config, translation
 
-    assert seq2seq.Translator is decoding.translator.Translator
+    assert seq2seq.Translator is translation.translator.Translator
     assert seq2seq.load_checkpoint is checkpoint.load_checkpoint
     for name in ("ModelConfig", "DecodingConfig", "DataConfig", "TokenizerConfig", "OptimConfig"):
         assert getattr(seq2seq, name) is getattr(config, name)

@@ -14,7 +14,7 @@ import torch
 from seq2seq.checkpoint import CheckpointError, check, load_checkpoint, load_model, seal
 from seq2seq.checkpoint_format import ENTRIES, FORMAT, READABLE_FORMATS, entries_of
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 OLD = {1: [], 2: [], 3: ["calibration"], 4: ["calibration", "shortlist"]}

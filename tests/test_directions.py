@@ -11,9 +11,9 @@ from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src
 from seq2seq.decoding.search import greedy, search
-from seq2seq.decoding.translator import Translator
 from seq2seq.directions import DirectionError, Directions, parse_pairs, tag_piece
 from seq2seq.files import save_atomic
+from seq2seq.translation.translator import Translator
 
 TEXTS = ["Ein Hund läuft im Park.", "A man rides a bike.", "", "Une femme chante."]
 

@@ -15,9 +15,9 @@ from helpers import multi30k_lines, run_main, save_tiny_checkpoint, tiny_tokeniz
 from seq2seq.cli.distill import main as distill_main
 from seq2seq.config import DataConfig, DecodingConfig
 from seq2seq.data.sources import pair_batches
-from seq2seq.decoding.translator import Translator
 from seq2seq.distill import DistillPlan, corpus_files, distill, sha256
-from seq2seq.text.segment import split_text
+from seq2seq.translation.segment import split_text
+from seq2seq.translation.translator import Translator
 
 LINES = 23  # three shards of 10, the last one short
 

@@ -15,8 +15,8 @@ import torch
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config.decoding import stored_decoding
 from seq2seq.data.sources import read_lines
-from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import all_scores
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"multi30k_de_en_tiny": ("de", "en"), "multi30k_en_de_tiny": ("en", "de"),

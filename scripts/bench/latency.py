@@ -115,7 +115,7 @@ def _ours(spec: dict) -> Callable[[int], str]:
     import torch
 
     from seq2seq.config import DecodingConfig
-    from seq2seq.decoding.translator import Translator
+    from seq2seq.translation.translator import Translator
     torch.set_num_threads(spec["threads"])
     translator = Translator.from_checkpoint(spec["checkpoint"], DecodingConfig(**spec["decoding"]),
                                             compile=spec["engine"] == "ours --compile")

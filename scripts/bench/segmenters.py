@@ -1,7 +1,7 @@
 """Which sentence segmenter: accuracy on hard cases in en/de/fr/cs/zh and on test_2016_flickr
 "paragraphs" (3 consecutive captions joined by a space: the true boundaries are known), and a
 rough per-sentence time. Each library sees one line at a time (line breaks are hard boundaries
-in `seq2seq.text.segment` whatever the library).
+in `seq2seq.translation.segment` whatever the library).
 
     OMP_NUM_THREADS=1 python scripts/bench/segmenters.py
 """
@@ -96,13 +96,13 @@ def _syntok(lang, text):
 def _ours(lang, text):
     """Where the text is cut: at each sentence's end (what passes through untouched, a
     list marker, stays with the sentence it comes before)."""
-    from seq2seq.text.segment import sentence_spans
+    from seq2seq.translation.segment import sentence_spans
     ends = [0, *(b for _, b in sentence_spans(text, lang)[:-1]), len(text)]
     return [text[a:b] for a, b in zip(ends, ends[1:])]
 
 
 LIBRARIES = {"pysbd": _pysbd, "sentencex": _sentencex, "sentence-splitter": _moses,
-             "syntok": _syntok, "seq2seq.text.segment (sentencex + 3 corrections)": _ours}
+             "syntok": _syntok, "seq2seq.translation.segment (sentencex + 3 corrections)": _ours}
 
 
 def _same(found, gold) -> bool:

@@ -47,7 +47,7 @@ def child_run(task: str, ckpt_path: str, data_dir: str, n: int, repeats: int) ->
     if task == "translate":
         from scripts.bench.engines import read_test_sources
         from seq2seq.checkpoint import load_checkpoint
-        from seq2seq.decoding.translator import Translator
+        from seq2seq.translation.translator import Translator
         texts = read_test_sources(load_checkpoint(ckpt_path), data_dir, limit=n)
         translator = Translator.from_checkpoint(ckpt_path)
         m = measure(lambda: translator.translate(texts), repeats,

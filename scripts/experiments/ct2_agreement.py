@@ -18,10 +18,10 @@ import sentencepiece
 
 from seq2seq.checkpoint import config_of, load_checkpoint
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.export import export
 from seq2seq.export.ctranslate2 import ct2_translate
 from seq2seq.shipped import multi30k_dir
+from seq2seq.translation.translator import Translator
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.force:
         print(f"{PROG}: warning: --force has no effect without -o", file=sys.stderr)
 
-    from seq2seq.decoding.calibration import calibrate_file  # torch: after argument errors
+    from seq2seq.translation.calibration import calibrate_file  # torch: after argument errors
 
     entry = calibrate_file(path, cfg, target)
     print(f"{PROG}: {target}: outputs below confidence {entry['threshold']:.4f} are unsure (the "

@@ -65,9 +65,9 @@ def _default_source(translator, source_lang: str | None) -> str:
 
 def run(args) -> None:
     from seq2seq.config.decoding import load_config
-    from seq2seq.decoding.translator import Translator  # after argument errors (torch is slow)
     from seq2seq.distill import DistillPlan, distill
     from seq2seq.shipped import find_model
+    from seq2seq.translation.translator import Translator  # after argument errors (torch is slow)
 
     decoding, load = decoding_from_args(args), load_config(**load_from_args(args))
     teachers = tuple(str(find_model(p)) for p in args.checkpoint)

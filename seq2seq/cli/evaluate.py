@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for note in ignored_options(args, decoding):
         print(f"{PROG}: warning: {note}", file=sys.stderr)
 
-    from seq2seq.decoding.translator import Translator
+    from seq2seq.translation.translator import Translator
 
     runs, translators = [], {}
     for i, (system, test, hyp_file, pair) in enumerate(plan, 1):

@@ -266,7 +266,7 @@ def _warn_numbers(flagged: list[int], lines: int) -> None:
 
 def _translate_document(args, decoding: DecodingConfig) -> None:
     """``--input`` a document: translated into a file of its kind (seq2seq.documents)."""
-    from seq2seq.decoding.translator import Translator
+    from seq2seq.translation.translator import Translator
 
     if args.text:
         raise ValueError("give sentences as arguments or --input, not both")
@@ -307,9 +307,8 @@ def _opening(sentence: str, chars: int = 40) -> str:
 
 
 def run(args) -> None:
-    from seq2seq.decoding.translator import (
-        Translator,  # after argument errors: importing torch is slow
-    )
+    # after argument errors: importing torch is slow
+    from seq2seq.translation.translator import Translator
 
     decoding = decoding_from_args(args)
     check_warn_below(args.warn_below)

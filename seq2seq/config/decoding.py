@@ -69,7 +69,7 @@ class DecodingConfig:
     # padded source tokens per translation batch; measured on 1,000 lines, beam 5: 523 MB peak
     # RSS at 2000 vs 874 MB at 6000, same speed
     max_tokens: int = option(2000, "padded source tokens per batch (default {default})")
-    # cut each text into sentences (seq2seq.text.segment) and translate those, putting the
+    # cut each text into sentences (seq2seq.translation.segment) and translate those, putting the
     # text's spaces and line breaks back; off for corpora of one sentence a line
     split_sentences: bool = option(True, "translate each line as one sentence (for corpora of one "
                                     "sentence a line); default: lines are cut into sentences, "

@@ -1,2 +1,3 @@
-"""Decoding: searches over ``Seq2Seq.encode``/``decode`` + the cache, and ``Translator``
-(texts in, texts out)."""
+"""Decoding: ids in, ids out. Searches over ``Seq2Seq.encode``/``decode`` + the cache
+(greedy, sampling, beam), the output rules they share, ensembles and the vocabulary
+shortlist; texts in, texts out is ``seq2seq.translation``."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch loads only when a model runs: the CLI's errors come first, fast
-    from seq2seq.decoding.translator import TranslationResult, Translator
+    from seq2seq.translation.result import TranslationResult
+    from seq2seq.translation.translator import Translator
 
 SPACE = "\u2581"  # SentencePiece's word-start mark
 CHUNK = 512  # sentences per model call of sentence_translator (each batched within it)

@@ -20,7 +20,7 @@ from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
 from seq2seq.documents.inline import Splitter, units
 from seq2seq.documents.package import DocumentError
 from seq2seq.fields import FieldError
-from seq2seq.text.segment import spacer
+from seq2seq.translation.segment import spacer
 
 
 class OptionError(DocumentError, FieldError):

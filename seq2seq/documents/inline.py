@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seq2seq.documents.align import Aligned, project_point, project_range
-from seq2seq.text.segment import spacer
+from seq2seq.translation.segment import spacer, strip_span
 
 Splitter = Callable[[str], list[tuple[int, int]]]  # text -> sentence character spans
 
@@ -58,20 +58,12 @@ def match(items) -> dict[int, int]:
     return pairs
 
 
-def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:
-    while lo < hi and text[lo].isspace():
-        lo += 1
-    while hi > lo and text[hi - 1].isspace():
-        hi -= 1
-    return lo, hi
-
-
 def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) -> list[list[int]]:
     """Translation units: the sentences (what is between them, the segmenter's gaps, is kept
     as it is: spaces, list markers, symbols), joined where an element starts or ends inside
     one sentence and reaches out of it (into another, or into a gap: then the unit takes in
     the element's whole text, so that its tags still nest)."""
-    out = [list(_trim(text, s, e)) for s, e in sorted(spans)]
+    out = [list(strip_span(text, s, e)) for s, e in sorted(spans)]
     out = [u for u in out if u[0] < u[1]]
     todo = sorted(ranges)
     while True:
@@ -123,7 +115,7 @@ class Run:
                 parts.append(it.text)
                 at += len(it.text)
         self.text = "".join(parts)
-        ranges = {o: _trim(self.text, self.pos[o], self.pos[c]) for o, c in self.pairs.items()}
+        ranges = {o: strip_span(self.text, self.pos[o], self.pos[c]) for o, c in self.pairs.items()}
         self.units = units(self.text, split(self.text), [r for r in ranges.values() if r[0] < r[1]])
         self._starts = [u[0] for u in self.units]
         self.sentences = [self.text[s:e] for s, e in self.units]
@@ -218,7 +210,7 @@ class Run:
         for k in sorted(members):
             it = self.items[k]
             if k in self.pairs and self.pairs[k] in members:
-                a, b = _trim(self.text, self.pos[k], self.pos[self.pairs[k]])
+                a, b = strip_span(self.text, self.pos[k], self.pos[self.pairs[k]])
                 got = project_range(al, a - s, b - s)
                 at = project_point(al, a - s, e - s)
                 node = _Node(k, self.pairs[k], *(got or (at, at)))
@@ -257,7 +249,7 @@ def _settle(text: str, kids: list[_Node]) -> list[_Node]:
         free = [(n.start, n.end)]
         for a, b in taken:
             free = [p for x, y in free for p in ((x, min(y, a)), (max(x, b), y)) if p[0] < p[1]]
-        free = [_trim(text, x, y) for x, y in free]
+        free = [strip_span(text, x, y) for x, y in free]
         x, y = max(free, key=lambda p: p[1] - p[0], default=(n.start, n.start))
         n.start, n.end = (x, y) if x < y else (n.start, n.start)
         taken.append((n.start, n.end))
@@ -297,6 +289,6 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None
 
 def sentence_splitter(lang: str | None = None):
     """``text -> sentence spans`` in ``lang`` (the one segmenter every entry point uses)."""
-    from seq2seq.text.segment import sentence_spans
+    from seq2seq.translation.segment import sentence_spans
 
     return lambda text: sentence_spans(text, lang)

@@ -28,7 +28,6 @@ from pydantic import (
 
 from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.config.decoding import decoding_from_options, options_of
-from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.directions import DirectionError, tag_piece
 from seq2seq.fields import render
 from seq2seq.serving.batcher import MicroBatcher
@@ -36,6 +35,8 @@ from seq2seq.serving.keys import ApiKeys, KeyRefused
 from seq2seq.serving.limits import bounded, check_cost
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.offload import DocumentWork
+from seq2seq.translation.result import TranslationResult
+from seq2seq.translation.translator import Translator
 
 
 class DecodingOptions(BaseModel):

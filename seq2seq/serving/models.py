@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -214,7 +214,7 @@ class Seq2SeqModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.val_bleu or self.trainer.sanity_checking:
             return
-        from seq2seq.decoding.translator import Translator  # decoding lives outside training
+        from seq2seq.translation.translator import Translator  # translation lives above training
 
         dm, n = self.trainer.datamodule, self.val_bleu_max_sentences
         translator = Translator(self.model, self.tokenizers, DecodingConfig(method="greedy"), self.device,

@@ -17,8 +17,8 @@ from helpers import save_tiny_checkpoint
 from seq2seq.cli import evaluate as cli
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
-from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import all_scores
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "multi30k"

@@ -19,7 +19,7 @@ import pytest
 from seq2seq.cli import evaluate as cli
 from seq2seq.cli.common import one_line
 from seq2seq.data.sources import read_lines
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 TEACHER, STUDENT = "multi30k_en_de_tiny", "multi30k_en_de_student"

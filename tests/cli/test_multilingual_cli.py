@@ -17,7 +17,7 @@ from helpers import run_main, save_multilingual_checkpoint, save_tiny_checkpoint
 from seq2seq.cli.evaluate import main as evaluate_main
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.data.sources import read_lines
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "multi30k"

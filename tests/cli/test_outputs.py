@@ -14,7 +14,7 @@ from helpers import assert_refused, run_command, snapshot
 
 @pytest.mark.parametrize("target", ["json-dir", "json-is-src", "json-is-ckpt", "hyp-dir-is-file"])
 def test_evaluate_outputs_checked_before_decoding(target, work, tmp_path, monkeypatch):
-    from seq2seq.decoding import translator
+    from seq2seq.translation import translator
 
     def no_decoding(*a, **k):
         raise AssertionError("decoding started")

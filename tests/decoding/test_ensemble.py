@@ -22,8 +22,8 @@ from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import DecodingConfig
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.search import best_attentions, search
-from seq2seq.decoding.translator import Translator
 from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.translation.translator import Translator
 
 VOCAB = 48  # small and untied: EOS is likely enough that lengths vary
 

@@ -23,9 +23,9 @@ from seq2seq.config import DecodingConfig, ShortlistConfig
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.search import search
 from seq2seq.decoding.shortlist import Shortlist, build_table, shortlist_entry
-from seq2seq.decoding.translator import Translator
 from seq2seq.files import save_atomic
 from seq2seq.model import compute
+from seq2seq.translation.translator import Translator
 
 V = 60
 SEARCHES = [DecodingConfig(method="greedy"),

@@ -105,8 +105,8 @@ def test_translate_file_answers_the_flags_beside_the_url(monkeypatch):
 
 
 def test_a_models_flags_reach_the_aligned_translation():
-    from seq2seq.decoding.result import TranslationResult
     from seq2seq.documents.align import aligned
+    from seq2seq.translation.result import TranslationResult
 
     result = TranslationResult("Er kam um 5.", "He came.", 0.0, 0.0, flags=["numbers", "unsure"])
     assert aligned(result).flags == ["numbers", "unsure"]

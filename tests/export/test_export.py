@@ -455,7 +455,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "data" / "models" / "multi30k_de
 def test_ct2_folder_alone_translates_shipped_model_as_ours(ct2, tmp_path):
     """The README's recipe on the exported folder only (no seq2seq code): SentencePiece
     pieces in, ``translate_batch`` as is, pieces decoded = our greedy translations."""
-    from seq2seq.decoding.translator import Translator
+    from seq2seq.translation.translator import Translator
 
     out = export(SHIPPED, "ctranslate2", tmp_path / "ct2")
     lines = (SHIPPED.parents[1] / "multi30k" / "test_2016_flickr.de.gz")

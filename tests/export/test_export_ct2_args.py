@@ -13,9 +13,9 @@ import pytest
 from helpers import multi30k_lines, save_multilingual_checkpoint
 
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.export import export
 from seq2seq.export.ctranslate2 import ct2_translate, ct2_translate_kwargs
+from seq2seq.translation.translator import Translator
 
 ct2 = pytest.importorskip("ctranslate2")
 import sentencepiece  # noqa: E402

@@ -24,10 +24,10 @@ from helpers import (
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.decoding.search import search
-from seq2seq.decoding.translator import Translator
 from seq2seq.export import export, hf_format
 from seq2seq.export.pegasus import to_hf_pegasus
 from seq2seq.specials import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "data" / "models").glob("*.ckpt"))

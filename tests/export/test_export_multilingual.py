@@ -12,8 +12,8 @@ from helpers import run_main, save_multilingual_checkpoint
 
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.export import export
+from seq2seq.translation.translator import Translator
 
 TEXTS = ["A dog runs through the snow.", "Zwei Männer spielen Fußball.",
          "Une femme lit un livre dans le parc.", "Children."]

@@ -20,9 +20,9 @@ from seq2seq.checkpoint import build_model, load_checkpoint, model_state
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.search import search
-from seq2seq.decoding.translator import Translator
 from seq2seq.hf_import import import_marian
 from seq2seq.hf_import.vocab import marian_tokenizers
+from seq2seq.translation.translator import Translator
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("google.protobuf")

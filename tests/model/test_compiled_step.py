@@ -16,8 +16,8 @@ from hypothesis import given, settings
 import seq2seq.model.compiled as compiled
 from seq2seq.cli import translate
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.fields import FieldWarning
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"

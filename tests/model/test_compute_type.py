@@ -14,8 +14,8 @@ from helpers import run_main, tiny_random_model
 
 import seq2seq.model.compute as compute
 from seq2seq.config import ConfigError, DecodingConfig, LoadConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import bleu
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"

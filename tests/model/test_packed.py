@@ -10,8 +10,8 @@ import torch
 from helpers import multi30k_lines
 
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.model.packed import PackedProjection
+from seq2seq.translation.translator import Translator
 
 pytestmark = pytest.mark.skipif(not PackedProjection().enabled, reason="no oneDNN in this torch")
 

@@ -28,10 +28,10 @@ from seq2seq.cli.serve import main as serve_main  # noqa: E402
 from seq2seq.cli.translate import build_parser as translate_parser  # noqa: E402
 from seq2seq.cli.translate import decoding_from_args  # noqa: E402
 from seq2seq.config import ServeConfig  # noqa: E402
-from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.plotting import _panels  # noqa: E402  (the weights plot_attention draws)
 from seq2seq.serving import MicroBatcher, create_app, load_models, running  # noqa: E402
 from seq2seq.serving.api import DecodingOptions, decoding_for  # noqa: E402
+from seq2seq.translation.translator import Translator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 from helpers import save_multilingual_checkpoint, save_tiny_checkpoint, tiny_tokenizers  # noqa: E402
 
 from seq2seq.config import DecodingConfig  # noqa: E402
-from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.serving import create_app, load_models  # noqa: E402
+from seq2seq.translation.translator import Translator  # noqa: E402
 
 TEXTS = ["A dog runs through the snow.", "Ein Mann fährt Fahrrad."]
 SHORT = {"max_len_b": 6}

@@ -232,8 +232,8 @@ def test_train_checkpoint_translate_every_direction(corpus, tmp_path, tag_positi
     from seq2seq.checkpoint import config_of
     from seq2seq.cli.train import build_cli
     from seq2seq.cli.train_checks import check_resume
-    from seq2seq.decoding.translator import Translator
     from seq2seq.training.module import _same_run
+    from seq2seq.translation.translator import Translator
 
     spec, root = "en<>de,fr", tmp_path / "run"
     cli = build_cli([

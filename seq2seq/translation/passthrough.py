@@ -2,7 +2,7 @@
 
 A one-sentence model given a list marker, a bare number or an emoji makes words up around
 it (the shipped De->En model: ``1.`` gives ``1 1 1 1.``, ``♪`` "Hemble at night"), and a URL
-comes back respelled. ``text.segment`` asks this module where its sentences are not
+comes back respelled. ``segment`` asks this module where its sentences are not
 language, so those spans stay in the gaps between the sentences that go to the model:
 
 - anywhere in a line: URLs, e-mail addresses, and runs of 64 or more ASCII characters

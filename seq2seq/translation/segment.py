@@ -8,7 +8,7 @@
   full stop is an initial or French ``M.``, not an end; a full stop after a word that is no
   abbreviation (Moses' lists, as ``sentence-splitter`` ships them) ends a sentence before
   a number or a lowercase word (sentencex's German and Czech rules never end one there).
-- What is not language (``text.passthrough``: list markers, numbers alone, symbols, URLs)
+- What is not language (``passthrough``: list markers, numbers alone, symbols, URLs)
   is left out of the sentences, so it stays in the gaps, verbatim.
 - Spans never include the whitespace around a sentence: :func:`split_text` keeps it in the
   gaps, so ``Segments.join`` of the translations puts spaces, line breaks and blank lines
@@ -30,7 +30,7 @@ from importlib import resources
 
 import sentencex
 
-from seq2seq.text import passthrough
+from seq2seq.translation import passthrough
 
 _INITIAL = re.compile(r"(?:^|\s)[^\W\d_]\.$")  # "M." / "J." at a piece's end: not a sentence end
 # a full stop after a word, then a number or a lowercase word: "… Landschaft. 2 Mädchen …",
@@ -44,7 +44,7 @@ _LAST_WORD = re.compile(r"[^\W\d_]+$")
 _CLAUSE_END = re.compile(r"[;,，；、](?=\s)|\s[-–—]\s")  # after ; or , / a spaced dash
 
 
-def _strip(text: str, start: int, end: int) -> tuple[int, int]:
+def strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     """``(start, end)`` narrowed to exclude surrounding whitespace."""
     while start < end and text[start].isspace():
         start += 1
@@ -111,12 +111,12 @@ def _line_sentences(text: str, start: int, end: int, lang: str) -> list[tuple[in
     try:  # sentencex encodes to UTF-8 inside: a lone surrogate cannot be, so no cut there
         pieces = list(sentencex.segment(lang, text[start:end]))
     except UnicodeEncodeError:
-        return [_strip(text, start, end)]
+        return [strip_span(text, start, end)]
     spans, pos = [], start
     for piece in pieces:
         if text[pos:pos + len(piece)] != piece:  # never trust offsets we cannot check
-            return [_strip(text, start, end)]
-        span = _strip(text, pos, pos + len(piece))
+            return [strip_span(text, start, end)]
+        span = strip_span(text, pos, pos + len(piece))
         pos += len(piece)
         if span[0] == span[1]:
             continue
@@ -139,12 +139,12 @@ def _between_links(text: str, start: int, end: int) -> list[tuple[int, int]]:
 def sentence_spans(text: str, lang: str | None = None) -> list[tuple[int, int]]:
     """``(start, end)`` character offsets of the sentences of ``text`` in ``lang`` (an ISO
     639-1 code; ``None`` for English rules), in order, never overlapping, without the
-    whitespace around them and without what is not language (``text.passthrough``); a line
+    whitespace around them and without what is not language (``passthrough``); a line
     break always ends a sentence; blank lines hold none."""
     spans: list[tuple[int, int]] = []
     for line in _line_spans(text):
         for start, end in _between_links(text, *line):
-            start, end = _strip(text, start, end)
+            start, end = strip_span(text, start, end)
             for span in _line_sentences(text, start, end, lang or "en") if start < end else []:
                 kept = passthrough.language(text, *span)
                 spans += [kept] if kept else []
@@ -209,7 +209,7 @@ def split_text(text: str, lang: str | None = None) -> Segments:
 
 def clause_spans(sentence: str) -> list[tuple[int, int]]:
     """Spans of the clauses of one sentence: cut after ``;``/``,`` and at spaced dashes,
-    without what is not language at their ends (``text.passthrough``: the dash itself)."""
+    without what is not language at their ends (``passthrough``: the dash itself)."""
     spans, start = [], 0
     for match in _CLAUSE_END.finditer(sentence):
         cut = match.end() if match.group()[0] in ";,，；、" else match.start()
@@ -235,7 +235,7 @@ def fit_clauses(sentence: str, length: Callable[[str], int], limit: int) -> list
 def cut_words(piece: str, length: Callable[[str], int], limit: int) -> list[tuple[int, int]]:
     """Spans of ``piece`` (a clause over ``limit``) cut between words into as few runs as
     stay within ``limit``; a word over ``limit`` alone is cut between characters (a run
-    left without a letter is kept, ``text.passthrough``). The hard cap on what one model
+    left without a letter is kept, ``passthrough``). The hard cap on what one model
     call gets: a 20,000-character word, whole, keeps a model busy for minutes."""
     pieces: list[tuple[int, int]] = []
     for word in re.finditer(r"\S+", piece):

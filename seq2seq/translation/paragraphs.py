@@ -1,6 +1,6 @@
 """Texts of any length through a model trained on single sentences.
 
-A text is cut into sentences (``seq2seq.text.segment``), a sentence longer than the model
+A text is cut into sentences (``seq2seq.translation.segment``), a sentence longer than the model
 ever saw into clauses, a clause still longer at words (flagged ``"cut"``: no model call
 gets more than the model's sentence limit); every piece of every text of a call goes to
 the model in the same length-packed batches; each text is then put back together from its
@@ -22,8 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from seq2seq.decoding.result import TranslationResult
-from seq2seq.text.segment import Segments, cut_words, fit_clauses, from_spans, sentence_spans
+from seq2seq.translation.result import TranslationResult
+from seq2seq.translation.segment import Segments, cut_words, fit_clauses, from_spans, sentence_spans
 
 
 @dataclass(frozen=True)
@@ -129,39 +129,4 @@ def best_choices(lists: Sequence[Sequence[tuple[str, float]]],
             if r + 1 < len(lists[p]) and after not in seen:
                 seen.add(after)
                 heapq.heappush(heap, (neg + lists[p][r][1] - lists[p][r + 1][1], after))
-    return out
-
-
-def join_groups(lines: Sequence[str], size: int = 3) -> list[str]:
-    """Consecutive lines joined by a space, ``size`` at a time (a last shorter group dropped):
-    "paragraphs" of a test set whose sentence-by-sentence translation is known."""
-    return [" ".join(lines[i:i + size]) for i in range(0, len(lines) - size + 1, size)]
-
-
-def measure(translator, sources: Sequence[str], references: Sequence[str], size: int = 3,
-            lost: float = 0.6) -> dict:
-    """Paragraphs of ``size`` test sentences translated whole (split, and with
-    ``split_sentences`` off) against the same sentences translated one by one and joined:
-    BLEU against the joined references, how many paragraphs kept fewer than ``lost`` of the
-    one-by-one words, and how often the "skipped" flag fired on each."""
-    from seq2seq.metrics import bleu
-
-    paragraphs = join_groups(sources, size)
-    refs = join_groups(references, size)
-    one_by_one = join_groups(translator.translate(list(sources)[:len(paragraphs) * size]), size)
-    base = translator.decoding
-    out = {"paragraphs": len(paragraphs),
-           "sentence_by_sentence": {"BLEU": round(bleu(one_by_one, refs).score, 2)}}
-    for name, split in (("split", True), ("no_split", False)):
-        translator.decoding = replace(base, split_sentences=split)
-        try:
-            results = translator.translate_full(paragraphs)
-        finally:
-            translator.decoding = base
-        hyps = [r.hyp for r in results]
-        out[name] = {
-            "BLEU": round(bleu(hyps, refs).score, 2),
-            "lost": sum(len(h.split()) < lost * len(o.split()) for h, o in zip(hyps, one_by_one)),
-            "flagged": sum("skipped" in r.flags for r in results),
-        }
     return out

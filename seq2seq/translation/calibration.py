@@ -19,8 +19,8 @@ import numpy as np
 
 from seq2seq.checkpoint import load_checkpoint, seal
 from seq2seq.config import CalibrationConfig, DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.files import save_atomic
+from seq2seq.translation.translator import Translator
 
 
 def confidences(translator: Translator, lines: Sequence[str]) -> list[float]:

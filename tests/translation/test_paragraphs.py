@@ -5,7 +5,6 @@ never sent to the model; nothing dropped without a flag."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import itertools
 from pathlib import Path
 
@@ -17,16 +16,14 @@ from hypothesis import strategies as st
 from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src
-from seq2seq.decoding import translator as translator_module
-from seq2seq.decoding.paragraphs import measure
-from seq2seq.decoding.result import TranslationResult, missing_numbers
 from seq2seq.decoding.search import search
-from seq2seq.decoding.translator import Translator
-from seq2seq.text.segment import split_text
+from seq2seq.translation import translator as translator_module
+from seq2seq.translation.result import TranslationResult, missing_numbers
+from seq2seq.translation.segment import split_text
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
-TEST = ROOT / "data" / "multi30k" / "test_2016_flickr"
 TEXTS = [
     "Ein Hund rennt durch den Schnee. Eine Katze schläft auf dem Sofa. Zwei Männer spielen "
     "Fußball im Park.",
@@ -237,18 +234,6 @@ def test_a_number_is_missing_only_when_its_digits_are(text, data):
     if runs:
         m = data.draw(st.sampled_from(runs))
         assert missing_numbers(text, text[:m.start()] + " " + text[m.end():])
-
-
-def _lines(lang: str, n: int) -> list[str]:
-    with gzip.open(f"{TEST}.{lang}.gz", "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
-
-
-def test_three_sentence_paragraphs_lose_nothing(shipped):
-    result = measure(shipped, _lines("de", 30), _lines("en", 30))
-    assert result["paragraphs"] == 10 and result["split"]["lost"] == 0
-    assert abs(result["split"]["BLEU"] - result["sentence_by_sentence"]["BLEU"]) <= 0.5
-    assert result["no_split"]["BLEU"] < result["split"]["BLEU"]
 
 
 LONG = "Zwei Männer stehen vor einem großen Haus und reden miteinander über das Wetter."

@@ -20,10 +20,10 @@ from seq2seq.cli.translate import decoding_from_args
 from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
-from seq2seq.decoding import translator as translate_module
-from seq2seq.decoding.translator import Translator, check_tokenizers
 from seq2seq.files import save_atomic
 from seq2seq.plotting import plot_attention
+from seq2seq.translation import translator as translate_module
+from seq2seq.translation.translator import Translator, check_tokenizers
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "multi30k"
@@ -100,7 +100,7 @@ def assert_same_results(got: list, want: list) -> None:
 
 
 def test_overlong_source_is_truncated_with_one_warning(checkpoint, tokenizers):
-    # one sentence a line (a long sentence is cut at clauses first: tests/decoding/test_paragraphs.py)
+    # one sentence a line (a long sentence is cut at clauses first: tests/translation/test_paragraphs.py)
     t, tok = translator(checkpoint, split_sentences=False), tokenizers.src
     limit = t.model.arch.max_positions - 1  # room for the EOS collate_src appends
     long = "Ein Hund rennt über die Wiese und " * 300  # 10,200 characters, 6,600 tokens
@@ -128,7 +128,7 @@ def test_overlong_source_is_truncated_with_one_warning(checkpoint, tokenizers):
 
 def test_emoji_and_control_characters(checkpoint, tokenizers):
     # what the model sees of each line (split, text without words never reaches it:
-    # tests/decoding/test_paragraphs.py)
+    # tests/translation/test_paragraphs.py)
     t = translator(checkpoint, method="beam", beam_size=2, split_sentences=False)
     tok = tokenizers.src
     odd = ["Ein Hund 🐶 rennt 🙂", "a\x00b\x07c\x1bd", "\u200b", "🙂🙂🙂", "ünïcödé \u202e text", "\x0c"]

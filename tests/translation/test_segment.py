@@ -1,6 +1,6 @@
-"""Sentence segmentation (seq2seq.text.segment): the text comes back exactly from its pieces,
+"""Sentence segmentation (seq2seq.translation.segment): the text comes back exactly from its pieces,
 line breaks are always boundaries, the hard cases of each language cut where they should,
-and what is not language (seq2seq.text.passthrough) stays out of the sentences."""
+and what is not language (seq2seq.translation.passthrough) stays out of the sentences."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from seq2seq.text.passthrough import links
-from seq2seq.text.segment import (
+from seq2seq.translation.passthrough import links
+from seq2seq.translation.segment import (
     LONG,
     clause_spans,
     cut_words,

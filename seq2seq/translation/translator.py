@@ -6,7 +6,7 @@ Used by the CLI, evaluation and validation during training. Policies:
   longest batch first; results come back in input order.
 - Each text is cut into sentences and put back together (``paragraphs``; off with
   ``decoding.split_sentences = False``); what is not language (list markers, numbers alone,
-  symbols, URLs: ``text.passthrough``) comes back as it is, never sent to the model.
+  symbols, URLs: ``passthrough``) comes back as it is, never sent to the model.
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
 - An output with far fewer words than its source is flagged ``"skipped"``, one missing a
@@ -36,15 +36,15 @@ from seq2seq.config import DecodingConfig
 from seq2seq.config.decoding import ComputeType, load_config
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
-from seq2seq.decoding import paragraphs
 from seq2seq.decoding.ensemble import Ensemble
-from seq2seq.decoding.result import TranslationResult, output_flags
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
 from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq, compiled, compute
+from seq2seq.translation import paragraphs
+from seq2seq.translation.result import TranslationResult, output_flags
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:

@@ -30,8 +30,8 @@ from seq2seq.checkpoint import CheckpointError, load_checkpoint, seal
 from seq2seq.cli import calibrate as calibrate_cli
 from seq2seq.cli import translate as translate_cli
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.calibration import threshold_of
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.calibration import threshold_of
+from seq2seq.translation.translator import Translator
 
 LIMIT = 40  # val lines the tiny model is calibrated on
 
@@ -44,7 +44,7 @@ def raw(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def val_confidences(raw) -> list[float]:
-    """Computed without seq2seq.decoding.calibration: the default decoding's results."""
+    """Computed without seq2seq.translation.calibration: the default decoding's results."""
     results = Translator.from_checkpoint(raw).translate_full(multi30k_lines("de", LIMIT, "val"))
     return [r.confidence for r in results]
 

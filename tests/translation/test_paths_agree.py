@@ -20,7 +20,7 @@ from hypothesis import example, given, settings
 
 from seq2seq.cli import distill
 from seq2seq.cli import translate as translate_cli
-from seq2seq.decoding.translator import Translator
+from seq2seq.translation.translator import Translator
 
 FLAGS = {"greedy": ["--beam", "1"], "beam2": ["--beam", "2"], "beam5": ["--beam", "5"]}
 ONE, FEW = [POOL[7]], POOL[:3]
