@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the dev extra (the tests' clients)")
 deep_translator = pytest.importorskip("deep_translator", reason="needs the dev extra (the tests' clients)")
 import httpx  # noqa: E402
-from helpers import run_main  # noqa: E402
+from helpers import DE_EN, EN_DE, ENGLISH, GERMAN, run_main, seq2seq_translate  # noqa: E402
 
 from scripts.bench.load import server_process  # noqa: E402
 from seq2seq.cli.translate import main as translate_main  # noqa: E402
@@ -23,21 +23,7 @@ from seq2seq.documents.html import Page, parse  # noqa: E402
 from seq2seq.documents.inline import sentence_splitter  # noqa: E402
 from seq2seq.serving.keys import ApiKeys, KeyRefused  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
-EN_DE = ROOT / "data" / "models" / "multi30k_en_de_tiny.ckpt"
-GERMAN = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball auf einer Wiese.",
-          "Eine Frau mit rotem Hut liest ein Buch."]
-ENGLISH = ["A dog runs through the snow.", "Two men are playing soccer in a field."]
 KEYS = {"good-key": 100, "slow-key": 2}
-
-
-def seq2seq_translate(checkpoint: Path, texts: list[str], *flags: str) -> list[str]:
-    """What ``seq2seq-translate -m CKPT FLAGS`` prints for ``texts`` (one per line)."""
-    code, out, err = run_main(translate_main, ["-m", str(checkpoint), *flags],
-                              "".join(t + "\n" for t in texts).encode())
-    assert code in (0, None), err
-    return out.splitlines()
 
 
 def nbest_translate(checkpoint: Path, texts: list[str], k: int, beam: int) -> list[list[str]]:
