@@ -1,10 +1,10 @@
 """The app ``seq2seq-serve`` runs: our API (:mod:`api`), LibreTranslate's (:mod:`libre`,
 under ``/libretranslate/``), the attention explorer at ``/`` (static files, no build step,
 no CDN), the body limit around all of it, and errors in each API's own shape (one handler
-for the unexpected ones: :class:`Failures`). With
-``--api libretranslate`` LibreTranslate's API is at the root and ours and the explorer under
-``/seq2seq/`` (:class:`Paths`). Every answer carries CORS headers allowing any origin, and
-preflights are answered, as LibreTranslate does: browser pages and extensions call it.
+for the unexpected ones: :class:`Failures`). With ``--api libretranslate`` LibreTranslate's
+API is at the root and ours and the explorer under ``/seq2seq/`` (:class:`Paths`). Every
+answer carries CORS headers allowing any origin, and preflights are answered, as
+LibreTranslate does: browser pages and extensions call it.
 
 The OpenAPI schema is at ``/openapi.json``; FastAPI's ``/docs`` and ``/redoc`` pages are
 off, since their scripts come from a CDN (blank pages offline).
