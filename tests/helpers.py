@@ -94,6 +94,22 @@ def run_main(main, argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+GERMAN = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball auf einer Wiese.",
+          "Eine Frau mit rotem Hut liest ein Buch."]  # for DE_EN, and ENGLISH for EN_DE
+ENGLISH = ["A dog runs through the snow.", "Two men are playing soccer in a field."]
+
+
+def seq2seq_translate(checkpoint: Path, texts: list[str], *flags: str) -> list[str]:
+    """What ``seq2seq-translate -m CKPT FLAGS`` prints for ``texts`` (one per line): what a
+    server's answers are compared with."""
+    from seq2seq.cli.translate import main
+
+    code, out, err = run_main(main, ["-m", str(checkpoint), *flags],
+                              "".join(t + "\n" for t in texts).encode())
+    assert code in (0, None), err
+    return out.splitlines()
+
+
 def docx_with(part: str, xml: bytes | None) -> bytes:
     """A small Word document with ``part`` replaced (or left out: None)."""
     import io

@@ -1,7 +1,7 @@
 """The layout keeps its promises (ARCHITECTURE.md): in the package and in scripts/, imports
 only go down the layer table and there are no import cycles; scripts import only the
 package's public API; no function is longer than ~60 lines; the layers used from Python
-name options by field, never by CLI flag."""
+name options by field, never by CLI flag; no test file imports another."""
 
 from __future__ import annotations
 
@@ -276,3 +276,34 @@ def test_the_flag_check_can_fail():
               '    raise ValueError(f"--min-len {n}: bad; see a--x and a-b --c9")\n'
               'X = "-1 and --- and --"  # --comment\n')
     assert _flag_text(source) == [(4, "--min-len"), (4, "--c9")]
+
+
+def _test_file_imports(source: str, test_files: set[str]) -> list[str]:
+    """The test files (by module name) that ``source`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n.rsplit(".", 1)[-1] in test_files]
+    return found
+
+
+def test_no_test_file_imports_another():
+    """What test files share is in tests/helpers.py, tests/stand_ins.py or a conftest.py:
+    a test file imported by another ties their tests together (and its own module code
+    runs twice)."""
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    test_files = {p.stem for p in tests if p.stem.startswith("test_")}
+    found = [f"{p.relative_to(ROOT)} imports {name}" for p in tests
+             for name in _test_file_imports(p.read_text(), test_files)]
+    assert not found, "\n".join(found)
+
+
+def test_the_test_import_check_can_fail():
+    source = "from test_docs import ROOT\nimport helpers\nfrom tests.serving import test_serve\n"
+    assert _test_file_imports(source, {"test_docs", "test_serve"}) == [
+        "test_docs", "tests.serving.test_serve"]

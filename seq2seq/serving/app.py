@@ -1,9 +1,10 @@
 """The app ``seq2seq-serve`` runs: our API (:mod:`api`), LibreTranslate's (:mod:`libre`,
 under ``/libretranslate/``), the attention explorer at ``/`` (static files, no build step,
-no CDN), the body limit around all of it, and errors in each API's own shape. With
-``--api libretranslate`` LibreTranslate's API is at the root and ours and the explorer under
-``/seq2seq/`` (:class:`Paths`). Every answer carries CORS headers allowing any origin, and
-preflights are answered, as LibreTranslate does: browser pages and extensions call it.
+no CDN), the body limit around all of it, and errors in each API's own shape (one handler
+for the unexpected ones: :class:`Failures`). With ``--api libretranslate`` LibreTranslate's
+API is at the root and ours and the explorer under ``/seq2seq/`` (:class:`Paths`). Every
+answer carries CORS headers allowing any origin, and preflights are answered, as
+LibreTranslate does: browser pages and extensions call it.
 
 The OpenAPI schema is at ``/openapi.json``; FastAPI's ``/docs`` and ``/redoc`` pages are
 off, since their scripts come from a CDN (blank pages offline).
@@ -28,7 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
 from seq2seq.serving.api import Server
-from seq2seq.serving.libre import OURS, PREFIX, add_routes
+from seq2seq.serving.libre import FAILED, OURS, PREFIX, error, hint
+from seq2seq.serving.libre.routes import add_routes
 from seq2seq.serving.limits import BodyLimit
 from seq2seq.serving.models import ServedModel
 
@@ -63,12 +65,6 @@ class Paths:
         await self.app({**scope, "path": path, "raw_path": raw, "root_path": root}, receive, send)
 
 
-def error(path: str, status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    """An error as each API words it: LibreTranslate's ``{"error"}``, our ``{"detail"}``."""
-    field = "error" if path == PREFIX or path.startswith(PREFIX + "/") else "detail"
-    return JSONResponse({field: message}, status_code=status, headers=headers)
-
-
 class Cors(CORSMiddleware):
     """Starlette's CORS (any origin), with a refused preflight (a method or header the server
     does not allow) answered in the asked API's JSON error shape, not as a text/plain line."""
@@ -94,8 +90,9 @@ class Cors(CORSMiddleware):
 
 class Failures:
     """ASGI, inside CORS: an exception no handler took becomes a one-line 500 in its API's
-    shape (Starlette would answer it outside every middleware: without CORS headers, so a
-    page on another origin could not read it), logged with its traceback."""
+    shape, logged with its traceback. The app's one handler of unexpected exceptions:
+    Starlette's (``exception_handler(Exception)``) would answer outside every middleware,
+    without CORS headers, so that a page on another origin could not read it."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -114,7 +111,7 @@ class Failures:
             if scope["type"] != "http" or started:
                 raise
             logging.getLogger("uvicorn.error").exception("request failed: %s", scope["path"])
-            await error(scope["path"], 500, f"Cannot translate text: {type(exc).__name__}")(
+            await error(scope["path"], 500, f"{FAILED}: {type(exc).__name__}")(
                 scope, receive, send)
 
 
@@ -146,42 +143,19 @@ def create_app(models: dict[str, ServedModel], cfg: ServeConfig | None = None) -
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        hint = _libre_hint(request) if exc.status_code in (404, 405) else ""
-        return error(request.url.path, exc.status_code, str(exc.detail) + hint, exc.headers)
-
-    @app.exception_handler(Exception)
-    async def failed(request: Request, exc: Exception) -> JSONResponse:
-        # logged with its traceback by the server; the client gets one line in its API's shape
-        return error(request.url.path, 500, f"Cannot translate text: {type(exc).__name__}")
+        where = hint(request) if exc.status_code in (404, 405) else ""
+        return error(request.url.path, exc.status_code, str(exc.detail) + where, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's default echoes the input, which may not even be JSON (NaN): name the field
         problems = [_where(e["loc"]) + e["msg"] for e in exc.errors()]
-        hint = _libre_hint(request, getattr(exc, "body", None))
-        return error(request.url.path, 422, "; ".join(problems) + hint)
+        where = hint(request, getattr(exc, "body", None))
+        return error(request.url.path, 422, "; ".join(problems) + where)
 
     _routes(app, server)
     add_routes(app, server)
     return app
-
-
-LIBRE_ONLY = {"/detect", "/languages", "/frontend/settings", "/suggest", "/spec", "/translate_file"}
-FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
-
-
-def _libre_hint(request: Request, body: object = None) -> str:
-    """Where LibreTranslate's API is, for a LibreTranslate client given our root (its
-    routes, or ``q`` sent to our ``/translate``); "" for anything else."""
-    path = request.url.path
-    asks_libre = path in LIBRE_ONLY or path == "/translate" and (
-        "q" in request.query_params or (isinstance(body, dict) and "q" in body)
-        or request.headers.get("content-type", "").startswith(FORMS))
-    if not asks_libre:
-        return ""
-    base = str(request.base_url).rstrip("/")
-    return (f"; this is seq2seq's own API: give LibreTranslate clients {base}{PREFIX}/ "
-            "(or run seq2seq-serve --api libretranslate)")
 
 
 def _where(loc: tuple) -> str:

@@ -19,8 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-MISSING = "Please contact the server operator to get an API key"
-INVALID = "Invalid API key"
+from seq2seq.serving.libre import INVALID, MISSING, slowdown  # LibreTranslate's words
 
 
 class KeyRefused(Exception):
@@ -92,5 +91,5 @@ class ApiKeys:
         while recent and recent[0] <= now - self.window_s:
             recent.popleft()
         if len(recent) >= limit:
-            raise KeyRefused(429, f"Slowdown: {limit} per 1 minute")
+            raise KeyRefused(429, slowdown(limit))
         recent.append(now)

@@ -1,13 +1,12 @@
-"""``format: "html"`` on the server: every sentence of every page of a request goes through
-the batcher (merged with other requests, within the server's work limits) with
-cross-attention, and each page is rebuilt by :mod:`seq2seq.documents.html` (inline tags
-carried by the alignment, markup kept byte for byte)."""
+"""Sentences translated and aligned on the server: every sentence of every page of a
+``format: "html"`` request (or of a document) goes through the batcher (merged with other
+requests, within the server's work limits) with cross-attention, and each page is rebuilt
+by :mod:`seq2seq.documents.html` (inline tags carried by the alignment, markup kept byte
+for byte)."""
 
 from __future__ import annotations
 
 from functools import partial
-
-from fastapi import HTTPException
 
 from seq2seq.config import DecodingConfig
 from seq2seq.documents.align import Aligned, aligned
@@ -44,19 +43,3 @@ async def translate_pages(server: Server, served: ServedModel, decoding: Decodin
                                   [s for p in plans for s in p.sentences], direction))
     return [p.render([next(done) for _ in p.sentences]) for p in plans]
 
-
-async def libre_html(libre, texts: list[str], source: str, target: str) -> list[tuple[str, list]]:
-    """LibreTranslate's ``format: "html"``: ``(page, [])`` per text (no alternatives);
-    a request over the limits is a 400, as LibreTranslate's own."""
-    if source == target or not texts:
-        return [(t, []) for t in texts]
-    served = libre.pairs[(source, target)]
-    src, tgt = libre.asked[(source, target)]
-    direction = {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
-    try:
-        pages = await translate_pages(libre.server, served, libre._decoding(0), texts,
-                                      direction, source)
-    except HTTPException as e:
-        raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
-                            e.detail) from None
-    return [(p, []) for p in pages]

@@ -84,8 +84,8 @@ def test_translate_file_answers_the_flags_beside_the_url(monkeypatch):
     pytest.importorskip("fastapi", reason="needs the serve extra")
     from fastapi.testclient import TestClient
 
-    from seq2seq.serving import files
     from seq2seq.serving.app import create_app
+    from seq2seq.serving.libre import files
     from seq2seq.serving.models import load_models
 
     async def stand_in(self, sentences, source, target):

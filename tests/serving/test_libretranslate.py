@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the dev extra (the tests' clients)")
 deep_translator = pytest.importorskip("deep_translator", reason="needs the dev extra (the tests' clients)")
 import httpx  # noqa: E402
-from helpers import run_main  # noqa: E402
+from helpers import DE_EN, EN_DE, ENGLISH, GERMAN, run_main, seq2seq_translate  # noqa: E402
 
 from scripts.bench.load import server_process  # noqa: E402
 from seq2seq.cli.translate import main as translate_main  # noqa: E402
@@ -23,21 +23,7 @@ from seq2seq.documents.html import Page, parse  # noqa: E402
 from seq2seq.documents.inline import sentence_splitter  # noqa: E402
 from seq2seq.serving.keys import ApiKeys, KeyRefused  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
-EN_DE = ROOT / "data" / "models" / "multi30k_en_de_tiny.ckpt"
-GERMAN = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball auf einer Wiese.",
-          "Eine Frau mit rotem Hut liest ein Buch."]
-ENGLISH = ["A dog runs through the snow.", "Two men are playing soccer in a field."]
 KEYS = {"good-key": 100, "slow-key": 2}
-
-
-def seq2seq_translate(checkpoint: Path, texts: list[str], *flags: str) -> list[str]:
-    """What ``seq2seq-translate -m CKPT FLAGS`` prints for ``texts`` (one per line)."""
-    code, out, err = run_main(translate_main, ["-m", str(checkpoint), *flags],
-                              "".join(t + "\n" for t in texts).encode())
-    assert code in (0, None), err
-    return out.splitlines()
 
 
 def nbest_translate(checkpoint: Path, texts: list[str], k: int, beam: int) -> list[list[str]]:
@@ -220,27 +206,6 @@ def test_bodies_that_are_not_parameters(url):
         got = httpx.post(url + "translate", content=content, headers=headers)
         assert got.status_code == 400 and got.json()["error"].startswith("Invalid request"), got.text
     assert httpx.get(url.removesuffix("libretranslate/") + "health").json()["status"] == "ok"
-
-
-def test_a_failed_translation_is_a_one_line_500_in_each_api_shape(monkeypatch):
-    from fastapi.testclient import TestClient
-
-    import seq2seq.serving.api as api
-    from seq2seq.serving import create_app, load_models
-
-    def broken(*_args, **_kwargs):
-        raise RuntimeError("the model is broken")
-
-    monkeypatch.setattr(api, "translate_texts", broken)
-    with TestClient(create_app(load_models([str(DE_EN)])), raise_server_exceptions=False) as c:
-        lt = c.post("/libretranslate/translate", json={"q": "Hund", "source": "de", "target": "en"},
-                    headers={"origin": "http://page.example"})
-        ours = c.post("/translate", json={"texts": ["Hund"]}, headers={"origin": "http://page.example"})
-        assert c.get("/health").json()["status"] == "ok"
-    assert (lt.status_code, lt.json()) == (500, {"error": "Cannot translate text: RuntimeError"})
-    assert (ours.status_code, ours.json()) == (500, {"detail": "Cannot translate text: RuntimeError"})
-    # with CORS headers, so that a page on another origin can read the error
-    assert lt.headers["access-control-allow-origin"] == ours.headers["access-control-allow-origin"] == "*"
 
 
 def test_libretranslate_requests_have_the_time_limit(monkeypatch):

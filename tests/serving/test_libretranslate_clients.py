@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install -e '.[serve]'")
-from test_libretranslate import DE_EN, EN_DE, GERMAN, seq2seq_translate  # noqa: E402
+from helpers import DE_EN, EN_DE, GERMAN, seq2seq_translate  # noqa: E402
 
 from scripts.bench.load import server_process  # noqa: E402
 

@@ -140,6 +140,48 @@ def test_keys_required_unless_the_origin_matches(de_en, keys):
     assert ours.status_code == keyed.status_code == 200 and settings["keyRequired"] is True
 
 
+KEYED = {  # every LibreTranslate route that takes api_key, with a request it serves
+    "/translate": {"json": HUND},
+    "/detect": {"json": {"q": "Hund"}},
+    "/translate_file": {"data": {"source": "de", "target": "en"},
+                        "files": {"file": ("a.txt", b"Ein Hund.\n")}},
+}
+
+
+def with_key(request: dict, key: str) -> dict:
+    part = "json" if "json" in request else "data"
+    return {**request, part: {**request[part], "api_key": key}}
+
+
+@pytest.mark.parametrize("route", KEYED)
+def test_every_route_has_libretranslates_key_rule(de_en, keys, route):
+    with app(de_en, api_keys=keys, req_limit=2) as c:
+        anonymous = [c.post(route, **KEYED[route]).status_code for _ in range(3)]
+        keyed = c.post(route, **with_key(KEYED[route], "good-key"))
+        wrong = c.post(route, **with_key(KEYED[route], "bad"))
+    with app(de_en, api_keys=keys, require_api_key_origin="(?!)") as c:  # keys for every origin
+        required = c.post(route, **KEYED[route])
+    assert anonymous == [200, 200, 429] and keyed.status_code == 200, keyed.text
+    assert (wrong.status_code, wrong.json()) == (403, {"error": "Invalid API key"})
+    assert (required.status_code, required.json()) == (
+        400, {"error": "Please contact the server operator to get an API key"})
+
+
+def test_work_over_the_limit_is_a_400_whatever_the_format(de_en):
+    """LibreTranslate's clients know no 413: work over the server's limit is its 400, for
+    plain texts, HTML pages and documents alike (our API says 413)."""
+    sentences = "Ein Hund läuft durch den Schnee. " * 3
+    with app(de_en, max_work=1_000) as c:
+        plain = c.post("/translate", json={**HUND, "q": sentences})
+        page = c.post("/translate", json={**HUND, "q": f"<p>{sentences}</p>", "format": "html"})
+        document = c.post("/translate_file", data={"source": "de", "target": "en"},
+                          files={"file": ("a.txt", sentences.encode())})
+        ours = c.post("/seq2seq/translate", json={"texts": [sentences]})
+    for got in (plain, page, document):
+        assert got.status_code == 400 and "units of work" in got.json()["error"], got.text
+    assert ours.status_code == 413 and "units of work" in ours.json()["detail"]
+
+
 def test_a_multilingual_model_asks_for_the_request_field(tmp_path):
     ckpt = save_multilingual_checkpoint(tmp_path / "multi.ckpt")
     with TestClient(create_app(load_models([str(ckpt)]))) as c:

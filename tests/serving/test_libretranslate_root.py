@@ -16,7 +16,7 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="needs the dev
 deep_translator = pytest.importorskip("deep_translator", reason="needs the dev extra (the tests' clients)")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
-from test_libretranslate import DE_EN, EN_DE, ENGLISH, GERMAN, seq2seq_translate  # noqa: E402
+from helpers import DE_EN, EN_DE, ENGLISH, GERMAN, seq2seq_translate  # noqa: E402
 
 from scripts.bench.load import server_process  # noqa: E402
 from seq2seq.config import ServeConfig  # noqa: E402

@@ -1,4 +1,4 @@
-"""LibreTranslate's file routes (seq2seq.serving.files) in the app: upload, translated file
+"""LibreTranslate's file routes (seq2seq.serving.libre.files) in the app: upload, translated file
 by URL, LibreTranslate's error texts, bounds, the store's limits, names that are never paths."""
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from hypothesis import strategies as st
 pytest.importorskip("fastapi", reason="needs the serve extra")
 pytest.importorskip("docx", reason="needs the documents extra")
 from fastapi.testclient import TestClient  # noqa: E402
-from helpers import docx_with  # noqa: E402
+from helpers import DE_EN, docx_with  # noqa: E402
 
 from seq2seq.config import ServeConfig  # noqa: E402
-from seq2seq.serving import files  # noqa: E402
 from seq2seq.serving.app import create_app  # noqa: E402
+from seq2seq.serving.libre import files  # noqa: E402
 from seq2seq.serving.models import load_models  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
 URL = "/libretranslate/"
 
 

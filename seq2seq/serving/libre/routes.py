@@ -1,26 +1,13 @@
-"""LibreTranslate's HTTP API, so that its clients (``libretranslatepy``, ``deep-translator``,
-the npm ``libretranslate`` package, browser extensions, bots, CMS plug-ins) work with
-``seq2seq-serve`` unchanged.
-
-Served under ``/libretranslate/`` (a client is given ``http://HOST:PORT/libretranslate/``),
-or at the server root with ``--api libretranslate`` (the app's path middleware maps the root
-onto ``PREFIX``: every route registered under ``PREFIX`` is at the root then, the file
-routes too). Routes, methods, statuses and error texts are LibreTranslate's own:
-``POST /translate``, ``POST /detect``, ``GET /languages``, ``GET /frontend/settings``,
-``POST /suggest`` (403: suggestions are off), ``GET /spec``, ``GET /health``; a wrong method
-gets 405. Parameters are read as LibreTranslate reads them: a JSON object body, or else form
-fields (url-encoded or multipart) and query-string parameters (on a POST too). Models are
-chosen by language pair (a multilingual model serves each of its directions); ``source:
-"auto"`` detects among the served source languages (:mod:`langid`). Translation is
+"""LibreTranslate's routes over a :class:`Server`'s models. Models are chosen by language
+pair (a multilingual model serves each of its directions: :meth:`LibreTranslate.route`);
+``source: "auto"`` detects among the served source languages (:mod:`langid`). Translation is
 ``seq2seq-translate``'s default decoding (``alternatives: N`` asks a beam of
-``max(5, N + 1)`` for its N + 1 best). Errors are ``{"error": "..."}``: 400 bad request,
-403 API key, 429 rate limit, 500 translation failure.
-"""
+``max(5, N + 1)`` for its N + 1 best); ``format: "html"`` translates pages through
+:mod:`seq2seq.serving.markup`."""
 
 from __future__ import annotations
 
 import html
-import json
 import re
 import unicodedata
 
@@ -30,66 +17,25 @@ from fastapi.responses import RedirectResponse
 from seq2seq.config import DecodingConfig
 from seq2seq.directions import LANGUAGE_NAMES
 from seq2seq.serving.api import DecodingOptions, Server
-from seq2seq.serving.files import SUPPORTED, add_file_routes
-from seq2seq.serving.keys import MISSING, KeyRefused
+from seq2seq.serving.keys import KeyRefused
 from seq2seq.serving.langid import LanguageDetector
+from seq2seq.serving.libre import (
+    MISSING,
+    OURS,
+    PREFIX,
+    SUGGESTIONS_OFF,
+    bad,
+    limits_as_400,
+    unsupported,
+)
+from seq2seq.serving.libre.fields import count, params, required, text, texts
+from seq2seq.serving.libre.files import SUPPORTED, add_file_routes
 from seq2seq.serving.limits import bounded
-from seq2seq.serving.markup import libre_html
+from seq2seq.serving.markup import translate_pages
 from seq2seq.serving.models import ServedModel
 
-PREFIX = "/libretranslate"  # LibreTranslate's API, unless --api libretranslate puts it at /
-OURS = "/seq2seq"  # our API and the explorer, with --api libretranslate
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits before translating
 NAMES = LANGUAGE_NAMES  # for /languages (other codes are listed by code)
-
-
-def bad(message: str) -> HTTPException:
-    return HTTPException(400, f"Invalid request: {message}")
-
-
-async def params(request: Request) -> dict:
-    """The request's parameters, as LibreTranslate reads them: a JSON object body, or else
-    form fields over query-string parameters (a form value wins). A form's ``q`` given more
-    than once is a list of texts, as a JSON ``q`` list is; its line endings become ``\\n``
-    (so that the character limit counts what the model gets)."""
-    values: dict = dict(request.query_params)
-    mime = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if mime == "application/json" or mime.endswith("+json"):
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
-            raise bad("the body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise bad("the JSON body must be an object of parameters")
-        return {**values, **body}
-    qs = request.query_params.getlist("q")
-    if mime in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.form()
-        values.update({k: v for k, v in form.items() if isinstance(v, str)})
-        qs = [q for q in form.getlist("q") if isinstance(q, str)] or qs
-    qs = [q.replace("\r\n", "\n").replace("\r", "\n") for q in qs]
-    if qs:
-        values["q"] = qs if len(qs) > 1 else qs[0]
-    return values
-
-
-def _text(value, name: str) -> str:
-    if not isinstance(value, str):
-        raise bad(f"{name} must be a string")
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        raise bad(f"{name} contains a lone UTF-16 surrogate (not valid Unicode)")
-    return value
-
-
-def _count(value, name: str, limit: int) -> int:
-    """A whole number in [0, limit] (LibreTranslate: a negative one counts as 0)."""
-    try:
-        n = max(0, int(value))
-    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity, 1e999999
-        raise bad(f"{name} parameter is not a number") from None
-    if n > limit:
-        raise bad(f"{name} parameter must be <= {limit}")
-    return n
 
 
 def has_words(text: str) -> bool:
@@ -142,15 +88,25 @@ class LibreTranslate:
     def _supported(self, *langs: str) -> None:
         for lang in langs:
             if lang not in self.codes:
-                raise HTTPException(400, f"{lang} is not supported")
+                raise unsupported(lang)
 
-    def _check_pair(self, source: str, target: str) -> None:
+    def check_pair(self, source: str, target: str) -> None:
+        """A 400 unless some model translates ``source`` (lowercased) into ``target``, or
+        they are the same language (the text itself is its translation)."""
         self._supported(source, target)
-        if source != target and (source, target) not in self.pairs:  # same: the text itself
+        if source != target and (source, target) not in self.pairs:
             raise HTTPException(400, f"{NAMES.get(target, target)} ({target}) is not available "
                                      f"as a target language from {NAMES.get(source, source)} ({source})")
 
-    def _decoding(self, alternatives: int) -> DecodingConfig:
+    def route(self, source: str, target: str) -> tuple[ServedModel, dict]:
+        """The model serving a checked pair, and the direction to ask of it (``{}`` for a
+        model of one direction)."""
+        served = self.pairs[(source, target)]
+        src, tgt = self.asked[(source, target)]
+        return served, {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
+
+    def decoding(self, alternatives: int = 0) -> DecodingConfig:
+        """The default decoding; with alternatives, a beam wide enough for them."""
         if not alternatives:
             return self.server.decoding(DecodingOptions())
         k = alternatives + 1
@@ -165,50 +121,53 @@ class LibreTranslate:
         todo = [i for i, t in enumerate(texts) if has_words(t)] if source != target else []
         if not todo:
             return out
-        try:
-            served = self.pairs[(source, target)]
-            src, tgt = self.asked[(source, target)]
-            direction = {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
-            results = await self.server.run(served, self._decoding(alternatives),
+        served, direction = self.route(source, target)
+        with limits_as_400():
+            results = await self.server.run(served, self.decoding(alternatives),
                                             [texts[i] for i in todo], direction)
-        except HTTPException as e:
-            raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
-                                e.detail, e.headers) from None
         for i, r in zip(todo, results):
             hyp = html.unescape(r.hyp)
             others = (html.unescape(h) for h, _ in r.nbest[1:])
             out[i] = (hyp, list(dict.fromkeys(h for h in others if h != hyp)))
         return out
 
+    async def _translate_html(self, pages: list[str], source: str,
+                              target: str) -> list[tuple[str, list]]:
+        """``format: "html"``: ``(page, [])`` per page (no alternatives)."""
+        if source == target or not pages:
+            return [(p, []) for p in pages]
+        served, direction = self.route(source, target)
+        with limits_as_400():
+            done = await translate_pages(self.server, served, self.decoding(), pages,
+                                         direction, source)
+        return [(p, []) for p in done]
+
     async def _translate_format(self, texts: list[str], source: str, target: str, fmt: str,
                                 alternatives: int) -> list[tuple[str, list[str]]]:
         if fmt == "text":
             return await self._translate(texts, source, target, alternatives)
-        return await libre_html(self, texts, source, target)
+        return await self._translate_html(texts, source, target)
 
     async def translate(self, request: Request) -> dict:
         p = await params(request)
         self.admit(request, p.get("api_key"))
-        q, source, target = p.get("q"), p.get("source"), p.get("target")
-        for name, value in (("q", q), ("source", source), ("target", target)):
-            if not value:
-                raise bad(f"missing {name} parameter")
-        alternatives = _count(p.get("alternatives", 0), "alternatives", self.max_alternatives)
-        batch = isinstance(q, list)
-        texts = [_text(t, "q") for t in q] if batch else [_text(q, "q")]
-        self._check_texts(texts)
-        source, target = _text(source, "source").lower(), _text(target, "target").lower()
+        required(p, "q", "source", "target")
+        alternatives = count(p.get("alternatives", 0), "alternatives", self.max_alternatives)
+        batch = isinstance(p["q"], list)
+        q = texts(p["q"])
+        self._check_texts(q)
+        source, target = text(p["source"], "source").lower(), text(p["target"], "target").lower()
         fmt = p.get("format") or "text"
         self._supported(*([target] if source == "auto" else [source, target]))
         if fmt not in ("text", "html"):
-            raise HTTPException(400, f"{fmt} format is not supported")
+            raise unsupported(f"{fmt} format")
         if source == "auto":
             detected = [self.detector.detect(t) if has_words(t) else (self.codes[0], 0.0)
-                        for t in texts]
-            work = self._translate_detected(texts, detected, target, fmt, alternatives)
+                        for t in q]
+            work = self._translate_detected(q, detected, target, fmt, alternatives)
         else:
-            self._check_pair(source, target)
-            work = self._translate_format(texts, source, target, fmt, alternatives)
+            self.check_pair(source, target)
+            work = self._translate_format(q, source, target, fmt, alternatives)
         out = await bounded(request, work, self.server.cfg.request_timeout_s)
         answer: dict = {"translatedText": [o[0] for o in out] if batch else out[0][0]}
         if alternatives:
@@ -222,7 +181,7 @@ class LibreTranslate:
         """Texts grouped by detected language, each group with its own model."""
         out: list = [None] * len(texts)
         for lang in dict.fromkeys(lang for lang, _ in detected):
-            self._check_pair(lang, target)
+            self.check_pair(lang, target)
             where = [i for i, (d, _) in enumerate(detected) if d == lang]
             done = await self._translate_format([texts[i] for i in where], lang, target, fmt,
                                                 alternatives)
@@ -235,24 +194,22 @@ class LibreTranslate:
         cfg = self.server.cfg
         if len(texts) > cfg.max_texts:
             raise bad(f"request ({len(texts)}) exceeds text limit ({cfg.max_texts})")
-        for text in texts:
-            if len(text) > cfg.max_text_chars:
-                raise bad(f"request ({len(text)}) exceeds text limit ({cfg.max_text_chars})")
+        for t in texts:
+            if len(t) > cfg.max_text_chars:
+                raise bad(f"request ({len(t)}) exceeds text limit ({cfg.max_text_chars})")
 
     async def detect(self, request: Request) -> list[dict]:
         """The served source languages, most likely first; for a list of texts, each
         language's confidence averaged over them (as LibreTranslate ranks a batch)."""
         p = await params(request)
         self.admit(request, p.get("api_key"))
-        q = p.get("q")
-        if not q:
-            raise bad("missing q parameter")
-        texts = [_text(t, "q") for t in q] if isinstance(q, list) else [_text(q, "q")]
-        self._check_texts(texts)
+        required(p, "q")
+        q = texts(p["q"])
+        self._check_texts(q)
         total: dict[str, float] = {}
-        for text in texts:
-            for lang, c in self.detector.rank(text):
-                total[lang] = total.get(lang, 0.0) + c / len(texts)
+        for t in q:
+            for lang, c in self.detector.rank(t):
+                total[lang] = total.get(lang, 0.0) + c / len(q)
         ranked = sorted(total.items(), key=lambda lc: -lc[1])
         return [{"confidence": round(c, 2), "language": lang} for lang, c in ranked]
 
@@ -282,7 +239,7 @@ class LibreTranslate:
 
 
 async def suggest() -> None:
-    raise HTTPException(403, "Suggestions are disabled on this server.")
+    raise HTTPException(403, SUGGESTIONS_OFF)
 
 
 def add_routes(app: FastAPI, server: Server) -> LibreTranslate:

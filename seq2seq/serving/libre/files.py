@@ -28,6 +28,8 @@ from fastapi.responses import FileResponse
 from seq2seq.documents import SUFFIXES, DocumentError, check_format, suffix
 from seq2seq.documents.align import Aligned, flag_summary
 from seq2seq.serving import offload
+from seq2seq.serving.libre import bad, limits_as_400
+from seq2seq.serving.libre.fields import form_fields, required
 from seq2seq.serving.limits import bounded
 from seq2seq.serving.markup import run_aligned
 
@@ -40,10 +42,6 @@ MEDIA = {".txt": "text/plain; charset=utf-8", ".html": "text/html; charset=utf-8
          ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
          ".odt": "application/vnd.oasis.opendocument.text",
          ".odp": "application/vnd.oasis.opendocument.presentation", ".epub": "application/epub+zip"}
-
-
-def bad(message: str) -> HTTPException:
-    return HTTPException(400, f"Invalid request: {message}")
 
 
 class Store:
@@ -125,22 +123,13 @@ class FileRoutes:
     def __init__(self, libre):
         self.libre, self.store = libre, Store()
 
-    async def _form(self, request: Request):
-        """Fields (form over query string, as LibreTranslate reads them) and the upload."""
-        values: dict = dict(request.query_params)
-        mime = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if mime not in ("multipart/form-data", "application/x-www-form-urlencoded"):
-            return values, None
-        form = await request.form()
-        values.update({k: v for k, v in form.items() if isinstance(v, str)})
-        return values, form.get("file")
-
     async def translate_file(self, request: Request) -> dict:
-        p, file = await self._form(request)
-        self.libre.server.authorize(p.get("api_key"))
-        for name, value in (("file", file), ("source", p.get("source")), ("target", p.get("target"))):
-            if not value or (name == "file" and isinstance(value, str)):
-                raise bad(f"missing {name} parameter")
+        p, form = await form_fields(request)
+        file = form.get("file") if form is not None else None
+        self.libre.admit(request, p.get("api_key"))
+        if not file or isinstance(file, str):  # a text field named "file" is no upload
+            raise bad("missing file parameter")
+        required(p, "source", "target")
         if not file.filename:
             raise bad("empty file")
         if suffix(file.filename) not in SUPPORTED:
@@ -173,7 +162,7 @@ class FileRoutes:
             asked = await work.run(offload.document_sentences, data, filename, lang)
             if source == "auto":
                 source = self.libre.detector.detect(" ".join(asked)[:2000])[0]
-            self.libre._check_pair(source, target)
+            self.libre.check_pair(source, target)
             if source == target or not asked:
                 return data, {}
             done = await self._run(asked, source, target)
@@ -184,15 +173,10 @@ class FileRoutes:
         return written, flag_summary(asked, done)
 
     async def _run(self, sentences: list[str], source: str, target: str) -> list[Aligned]:
-        served = self.libre.pairs[(source, target)]
-        src, tgt = self.libre.asked[(source, target)]
-        direction = {"source_lang": src, "target_lang": tgt} if served.multilingual else {}
-        try:
-            return await run_aligned(self.libre.server, served, self.libre._decoding(0),
+        served, direction = self.libre.route(source, target)
+        with limits_as_400():
+            return await run_aligned(self.libre.server, served, self.libre.decoding(),
                                      sentences, direction)
-        except HTTPException as e:
-            raise HTTPException(400 if e.status_code in (413, 422) else e.status_code,
-                                e.detail) from None
 
     def download_file(self, name: str) -> FileResponse:
         path = self.store.get(name)
