@@ -199,7 +199,9 @@ class Seq2Seq(nn.Module):
         memory = self.encode(src, src_mask)
         y, _ = self.decode_hidden(tgt_in, memory, src_mask)
         y = y if keep is None else y[keep]
-        return self.project(y) if project else y
+        # the layer as trained (its kernel, else F.linear), never the inference-only packed
+        # copy: validation's logits and FLOPs are those of the network
+        return output.project(self.output, y) if project else y
 
     @torch.no_grad()
     def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:

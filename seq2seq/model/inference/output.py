@@ -1,10 +1,10 @@
 """The output projection at inference: decoder states onto the target vocabulary, decided in
 one place.
 
-:func:`project` is the decision every caller takes (``Seq2Seq.project``: training's
-``forward``, ``decode`` and every search; a shortlist's cut rows): the compute type's kernel
-where the layer has one (``compute``), else the prepacked weight where that computes the
-same function (``packed.PackedProjection.applies``), else ``F.linear``. :func:`log_probs` is
+:func:`project` is the decision every caller takes (``Seq2Seq.project``: ``decode`` and
+every search; ``Seq2Seq.forward``, without a prepacked copy; a shortlist's cut rows): the
+compute type's kernel where the layer has one (``compute``), else the prepacked weight where
+that computes the same function (``packed.PackedProjection.applies``), else ``F.linear``. :func:`log_probs` is
 a search step's: over the whole vocabulary, or over a batch's shortlist candidates
 (``shortlist.Restricted``) with ``-inf`` elsewhere.
 """
