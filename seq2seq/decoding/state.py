@@ -78,8 +78,7 @@ class DecoderRows:
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)`` (``output.log_probs``:
         with a shortlist, over its candidates only, ``-inf`` elsewhere)."""
-        with phase("seq2seq.output_projection"):
-            return output.log_probs(self.model, hidden, self.restricted)
+        return output.log_probs(self.model, hidden, self.restricted)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):

@@ -18,6 +18,7 @@ from seq2seq.model.inference.compute import Weights
 from seq2seq.model.inference.packed import PackedProjection
 from seq2seq.model.inference.shortlist import Restricted
 from seq2seq.model.layers import Linear, linear
+from seq2seq.profiling import phase
 
 
 def project(layer: Linear | Weights, hidden: Tensor,
@@ -33,8 +34,9 @@ def log_probs(model, hidden: Tensor, restricted: Restricted | None = None) -> Te
     """Log-probs ``(r, V)`` of ``model``'s (a ``Seq2Seq``) decoder states ``hidden (r,
     d_model)``, normalized in place (no second r x V buffer); with ``restricted``, over its
     candidates only (``-inf`` elsewhere)."""
-    if restricted is None:
-        logits = project(model.output, hidden, model.inference.packed_output).float()
-        return torch.log_softmax(logits, dim=-1, out=logits)
-    logits = project(restricted.layer, hidden, restricted.packed).float()
-    return restricted.widen(torch.log_softmax(logits, dim=-1, out=logits))
+    layer, packed = ((model.output, model.inference.packed_output) if restricted is None
+                     else (restricted.layer, restricted.packed))
+    with phase("seq2seq.output_projection"):  # the matmul alone, as the profile's label says
+        logits = project(layer, hidden, packed).float()
+    torch.log_softmax(logits, dim=-1, out=logits)
+    return logits if restricted is None else restricted.widen(logits)
