@@ -1,7 +1,8 @@
 """The layout keeps its promises (ARCHITECTURE.md): in the package and in scripts/, imports
 only go down the layer table and there are no import cycles; scripts import only the
-package's public API; no function is longer than ~60 lines; the layers used from Python
-name options by field, never by CLI flag; no test file imports another."""
+package's public API; no function is longer than ~60 lines and no module than ~400; nothing
+is attached to an object through its ``__dict__`` or by ``setattr`` on a model; the layers
+used from Python name options by field, never by CLI flag; no test file imports another."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ LAYERS = {
     "seq2seq.specials": 0, "seq2seq.config": 1, "seq2seq.profiling": 1, "seq2seq.shipped": 1,
     "seq2seq.runtime": 1, "seq2seq.files": 1, "seq2seq.directions": 1, "seq2seq.fields": 1,
     "seq2seq.extras": 1, "seq2seq.machine": 1,
-    "seq2seq.data": 2, "seq2seq.model": 2, "seq2seq.checkpoint_format": 2,
+    "seq2seq.data": 2, "seq2seq.model.*": 2, "seq2seq.checkpoint_format": 2,
+    # inside model/: the network's parts (2), their accelerators over them (2.3), Seq2Seq
+    # declaring and calling both (2.6), the package's __init__ (2.9)
+    "seq2seq.model.inference": 2.3, "seq2seq.model.transformer": 2.6, "seq2seq.model": 2.9,
     "seq2seq.checkpoint": 3, "seq2seq.metrics": 3, "seq2seq.significance": 3, "seq2seq.plotting": 3,
     "seq2seq.averaging": 4,
     "seq2seq.decoding": 4,  # ids in, ids out
@@ -45,8 +49,9 @@ LAYERS = {
     "scripts.experiments.*": 15,  # the studies behind docs' figures
 }
 # a package's own __init__, not its modules (those must each have a row)
-EXACT = {"seq2seq", "scripts.bench"}
+EXACT = {"seq2seq", "scripts.bench", "seq2seq.model"}
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 400
 
 
 def _covers(name: str, module: str) -> bool:
@@ -187,6 +192,75 @@ def test_no_function_over_the_limit():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, "\n".join(long)
+
+
+def _long_modules(paths, root: Path = ROOT) -> list[str]:
+    return [f"{path.relative_to(root)} ({n} lines)" for path in paths
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+
+
+def test_no_module_over_the_limit():
+    long = _long_modules([*PACKAGE.rglob("*.py"), *SCRIPTS.rglob("*.py")])
+    assert not long, "split these modules by concept:\n" + "\n".join(long)
+
+
+# A model's inference features are declared (Seq2Seq.inference, layers.Linear.kernel), never
+# attached from outside: an attachment is invisible to readers and to the import graph.
+MODEL_NAME = re.compile(r"(?:^|\.)(?:\w*model|module)$")  # model, self.model, a_model, module
+KEYED = {"get", "setdefault", "pop", "update"}
+
+
+def _dict_of(node: ast.AST) -> str | None:
+    """``x`` when ``node`` is ``x.__dict__`` or ``vars(x)``."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return ast.unparse(node.value)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+            and len(node.args) == 1):
+        return ast.unparse(node.args[0])
+    return None
+
+
+def _attachments(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each attachment: an attribute read or written by key in an object's
+    ``__dict__`` (or ``vars``), one's own included (``x.__dict__[k] = v``, ``.get(k)``), and
+    ``setattr``/``delattr`` on a model. A whole ``__dict__`` (a copy, a loop) is fine."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        keyed = (isinstance(node, ast.Subscript) and _dict_of(node.value) is not None) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in KEYED and _dict_of(node.func.value) is not None)
+        on_model = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("setattr", "delattr") and node.args
+                    and MODEL_NAME.search(ast.unparse(node.args[0])) is not None)
+        if keyed or on_model:
+            found.add((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_nothing_is_attached_to_an_object_from_outside_its_class():
+    found = [f"{path.relative_to(ROOT)}:{line}: {code}"
+             for path in [*PACKAGE.rglob("*.py"), *SCRIPTS.rglob("*.py")]
+             for line, code in _attachments(path.read_text())]
+    assert not found, "declare the attribute in its class instead:\n" + "\n".join(found)
+
+
+def test_the_size_and_attachment_checks_can_fail(tmp_path):
+    source = ("def f(model, m, self, other):\n"
+              "    m.__dict__['kernel'] = 1\n"  # another object's, written
+              "    k = m.layer.__dict__.get('kernel')\n"  # another object's, read
+              "    fast = self.__dict__.get('compiled_step')\n"  # one's own, by key
+              "    self.__dict__['x'] = 2\n"
+              "    vars(other)['y'] = 3\n"
+              "    setattr(model, 'shortlist', 4)\n"
+              "    delattr(self.model, 'shortlist')\n"
+              "    return dict(self.__dict__), setattr(server, 'should_exit', True)\n")
+    assert [line for line, _ in _attachments(source)] == [2, 3, 4, 5, 6, 7, 8]
+    assert _attachments("def f(self, a):\n    return dict(self.__dict__), [k for k in vars(a)]\n") == []
+    big = tmp_path / "big.py"
+    big.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "small.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert _long_modules(sorted(tmp_path.glob("*.py")), tmp_path) == [
+        f"big.py ({MAX_MODULE_LINES + 1} lines)"]
 
 
 PLANTED = {  # a tree with one of each fault, found through the same parsing as the real one

@@ -117,7 +117,7 @@ def test_a_look_started_earlier_waits_only_for_the_rest(monkeypatch):
 def test_one_reader_of_the_cpu_serves_compute_types_compiled_packages_and_the_benchmark():
     from pathlib import Path
 
-    import seq2seq.model.compiled as compiled
+    import seq2seq.model.inference.compiled as compiled
     from scripts.bench.timing import cpu_model
     from seq2seq import machine
 
@@ -137,7 +137,7 @@ def test_one_reader_of_the_cpu_serves_compute_types_compiled_packages_and_the_be
 def test_one_cache_home_for_data_and_compiled_steps(monkeypatch, env, home):
     from pathlib import Path
 
-    import seq2seq.model.compiled as compiled
+    import seq2seq.model.inference.compiled as compiled
     from seq2seq import machine
     from seq2seq.config import DataConfig
     from seq2seq.data.cache import cache_root

@@ -56,10 +56,10 @@ def refused(compute_type: str) -> str | None:
     native bf16, int8 without oneDNN's engine), or None."""
     import torch
 
-    from seq2seq.model import compute
+    from seq2seq.model.inference import compute
 
     try:
-        compute.prepare(torch.nn.Sequential(torch.nn.Linear(2, 2)), compute_type)
+        compute.check(compute.resolve(compute_type, 0), torch.device("cpu"))
     except ValueError as err:
         return str(err)
     return None

@@ -21,7 +21,7 @@ from scripts.bench.engines import ours_train_step
 from scripts.bench.timing import measure, train_row
 from seq2seq.checkpoint import build_model
 from seq2seq.config import ModelConfig
-from seq2seq.model.compute import native_bf16
+from seq2seq.model.inference.compute import native_bf16
 from seq2seq.training.flops import Gemm, step_gemms
 
 Log = Callable[[str], None]

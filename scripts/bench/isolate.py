@@ -72,10 +72,10 @@ def build_engine(spec: dict):
 
     from scripts.bench.engines import hf_engine, hf_model, ours_engine
     from seq2seq.checkpoint import build_model, load_checkpoint
-    from seq2seq.model import compute
+    from seq2seq.model.inference import compute
     torch.set_num_threads(spec["threads"])
     model = build_model(load_checkpoint(spec["checkpoint"]))
-    model.packed_output.enabled = spec.get("packed", True)  # the packed-projection lever, A/B
+    model.inference.packed_output.enabled = spec.get("packed", True)  # the packed-projection lever, A/B
     compute.prepare(model, spec.get("compute_type", "float32"))
     if kind == "ours":
         return ours_engine(model, beam, use_cache=spec.get("use_cache", True),

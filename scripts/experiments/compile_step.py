@@ -9,16 +9,16 @@
 
 Times only the decoder step (not the encoder, output projection or search), CPU time
 (``time.process_time``) of ``--steps`` steps over random tokens, eager and compiled rounds
-interleaved (A/B/A/B), medians. The compiled step is ``seq2seq.model.step``'s maths with the
-cache's K/V passed in as views over ``P + 1`` positions (``DecoderCache.extend``), so
-one graph serves every step: the cache length, the rows and the capacity are dynamic
-dimensions (a first graph for ``P + 1 == 1``: sizes 1 are specialized). The first round's
-time includes compiling; run again with the same ``TORCHINDUCTOR_CACHE_DIR`` for the
-start-up with Inductor's on-disk cache.
+interleaved (A/B/A/B), medians. The compiled step is ``seq2seq.model.inference.step``'s
+maths with the cache's K/V passed in as views over ``P + 1`` positions
+(``DecoderCache.extend``), so one graph serves every step: the cache length, the rows and
+the capacity are dynamic dimensions (a first graph for ``P + 1 == 1``: sizes 1 are
+specialized). The first round's time includes compiling; run again with the same
+``TORCHINDUCTOR_CACHE_DIR`` for the start-up with Inductor's on-disk cache.
 
-``--aoti``: the step ``--compile`` runs (``seq2seq.model.compiled.CompiledStep``: exported
-with the model's weights, dynamic rows, memory rows, capacity, cache length and source
-length, compiled by AOTInductor into the package's cache folder once, loaded and checked
+``--aoti``: the step ``--compile`` runs (``seq2seq.model.inference.compiled.CompiledStep``:
+exported with the model's weights, dynamic rows, memory rows, capacity, cache length and
+source length, compiled by AOTInductor into the package's cache folder once, loaded and checked
 against eager); run it again for a second process's start-up (the package reused).
 docs/speed.md "A compiled decoder step" has figures.
 """
@@ -39,8 +39,8 @@ import torch._inductor  # noqa: E402
 
 from seq2seq.checkpoint import load_model  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.model.compiled import CompiledStep, cache_dir, pure_step  # noqa: E402
-from seq2seq.model.step import decoder_step, projections  # noqa: E402
+from seq2seq.model.inference.compiled import CompiledStep, cache_dir, pure_step  # noqa: E402
+from seq2seq.model.inference.step import decoder_step, projections  # noqa: E402
 from seq2seq.model.transformer import Seq2Seq  # noqa: E402
 
 
@@ -89,7 +89,8 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpp-wrapper", action="store_true")
-    ap.add_argument("--as-is", action="store_true", help="compile seq2seq.model.step unchanged")
+    ap.add_argument("--as-is", action="store_true",
+                    help="compile seq2seq.model.inference.step unchanged")
     ap.add_argument("--aoti", action="store_true", help="the package --compile runs (AOTInductor)")
     return ap.parse_args(argv)
 

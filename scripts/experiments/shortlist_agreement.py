@@ -82,7 +82,7 @@ def measure(name: str, settings: list[tuple[int, int]], args) -> list[dict]:
         for (k, n), entry in entries.items():
             ckpt["seq2seq"]["shortlist"] = entry
             short = Translator.from_loaded(ckpt, name, decoding, shortlist=True)
-            counting = short.model.shortlist = Counting(short.model.shortlist)
+            counting = short.model.inference.shortlist = Counting(short.model.inference.shortlist)
             out = short.translate(texts)
             row = {"model": name, "search": search, "per_source": k, "frequent": n,
                    "score": args.score, "sentences": len(texts),

@@ -33,7 +33,7 @@ from seq2seq.checkpoint import config_of, load_checkpoint, tokenizers_of
 from seq2seq.config import ConfigError
 from seq2seq.directions import different_directions, directions_of
 from seq2seq.files import kind_of, lock_folder, stale_temporaries, unlock
-from seq2seq.model.compute import native_bf16
+from seq2seq.model.inference.compute import native_bf16
 from seq2seq.training.callbacks import load_training_checkpoint
 
 PROG = "seq2seq-train"
@@ -229,7 +229,7 @@ def check_run_config(config) -> None:
 
 def bf16_warning(config, native: bool | None = None) -> str | None:
     """One line when ``--trainer.precision bf16*`` will run on a CPU without native bfloat16
-    (AVX-512 BF16 or AMX, ``model.compute.native_bf16``): it trains, but emulated, many
+    (AVX-512 BF16 or AMX, ``compute.native_bf16``): it trains, but emulated, many
     times slower than 32-true. ``native``: what the CPU has (default: ask it)."""
     precision = str(config.get("trainer.precision") or "")
     accelerator = str(config.get("trainer.accelerator") or "auto")

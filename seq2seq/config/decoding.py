@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from seq2seq.fields import ConfigError, FieldError, check_fields, positive
 
-# how the model's linear layers multiply at inference (seq2seq.model.compute): CTranslate2's
-# compute_type names; "auto" = the fastest this CPU runs natively for the model's size
+# how the model's linear layers multiply at inference (seq2seq.model.inference.compute):
+# CTranslate2's compute_type names; "auto" = the fastest this CPU runs natively for the model's size
 ComputeType = Literal["float32", "int8", "bfloat16", "auto"]
 
 MAX_BEAM = 1000  # beam size and n-best: a beam of K keeps K x vocabulary scores per sentence

@@ -7,7 +7,7 @@ Kept free of ``datasets``/``lightning`` so inference can import it cheaply.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
@@ -50,17 +50,11 @@ class Batch:
         return int((self.src != self.pad_id).sum())
 
     def _apply(self, fn: Any) -> Batch:
-        moved = dataclasses.replace(
-            self,
-            src=fn(self.src),
-            tgt_in=fn(self.tgt_in),
-            tgt_out=fn(self.tgt_out),
-            ids=fn(self.ids),
-        )
-        # carry the counts computed on CPU, so reading them on GPU costs no sync
-        for name in ("n_tgt_tokens", "n_src_tokens"):
-            if name in self.__dict__:
-                moved.__dict__[name] = self.__dict__[name]
+        # a copy carries the counts already computed on CPU (cached_property keeps them on
+        # the instance), so reading them on GPU costs no sync
+        moved = copy.copy(self)
+        moved.src, moved.tgt_in = fn(self.src), fn(self.tgt_in)
+        moved.tgt_out, moved.ids = fn(self.tgt_out), fn(self.ids)
         return moved
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:

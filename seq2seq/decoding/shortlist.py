@@ -1,16 +1,9 @@
-"""The vocabulary shortlist (as Marian's and Bergamot's small models ship): each batch
-projects its decoder states onto the target pieces its source pieces can produce, not the
-whole vocabulary.
+"""Building the vocabulary shortlist's lexical table (``seq2seq-shortlist``), stored in the
+checkpoint's ``shortlist`` entry; decoding over it is ``model/inference/shortlist.py``'s.
 
-The lexical table (``seq2seq-shortlist``, stored in the checkpoint's ``shortlist`` entry)
-holds, for each source piece, the ``K`` target pieces most associated with it in a parallel
-corpus (sentence co-occurrence, Dice or ``p(t | s)``), and the ``N`` most frequent target
-pieces with every special id. A batch's candidates are the union of the table rows of its
-source ids, the frequent ids and the specials, sorted (:meth:`Shortlist.candidates`). The
-output projection's weight (and bias) is cut to those rows once per batch
-(:class:`Restricted`); each step's log-softmax is over the candidates (as Marian's), written
-into a vocabulary-wide row of ``-inf`` elsewhere, so every search, rule and ensemble works
-on vocabulary ids unchanged and no other token can be chosen.
+The table holds, for each source piece, the ``K`` target pieces most associated with it in
+a parallel corpus (sentence co-occurrence, Dice or ``p(t | s)``), and the ``N`` most frequent
+target pieces with every special id.
 """
 
 from __future__ import annotations
@@ -23,76 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from seq2seq.config import ShortlistConfig
 from seq2seq.fields import FieldError, FieldWarning
-from seq2seq.model import compute
-from seq2seq.model.packed import PackedProjection
 from seq2seq.specials import PAD_ID
 
 
-class Shortlist:
-    """A checkpoint's lexical table: ``table (V_src, K)`` and ``frequent (N,)`` target ids
-    (the latter with every special id), on the CPU."""
-
-    def __init__(self, table: Tensor, frequent: Tensor, specials: Iterable[int] = ()):
-        self.table = table.long()
-        self.frequent = torch.cat((frequent.long(), torch.tensor(sorted(set(specials)),
-                                                                 dtype=torch.long)))
-
-    @classmethod
-    def from_entry(cls, entry: dict[str, Any], arch) -> Shortlist:
-        """From a checkpoint's verified ``shortlist`` entry (``checkpoint.shortlist_of``)."""
-        return cls(entry["table"], entry["frequent"], {arch.pad_id, arch.bos_id, arch.eos_id})
-
-    def candidates(self, src: Tensor) -> Tensor:
-        """Sorted, unique target ids ``(C,)`` for the source ids ``src (B, S)`` (padding
-        included: its row is the filler's, a special id)."""
-        rows = self.table.index_select(0, torch.unique(src.cpu()))  # (n, K)
-        return torch.unique(torch.cat((rows.reshape(-1), self.frequent)))  # sorted
-
-
-class Restricted:
-    """The output projection of ``output`` cut to the rows ``ids (C,)`` for one batch, in the
-    model's compute type (a fresh kernel of the same type packs the cut weight once)."""
-
-    def __init__(self, output: nn.Linear, ids: Tensor):
-        self.ids = ids.to(output.weight.device)
-        self.vocab = output.weight.shape[0]
-        # normal tensors, not inference ones: the kernels key their packed copy on _version
-        with torch.inference_mode(False), torch.no_grad():
-            self.layer = _Rows(output.weight.index_select(0, self.ids),
-                               None if output.bias is None else output.bias[self.ids])
-        kernel = output.__dict__.get("kernel")
-        self.layer.__dict__["kernel"] = None if kernel is None else type(kernel)()
-        self.packed = PackedProjection() if kernel is None else None
-
-    def log_probs(self, hidden: Tensor) -> Tensor:
-        """``hidden (r, d_model)`` -> log-probs ``(r, V)``: log-softmax over the candidates,
-        ``-inf`` on every other id."""
-        if self.packed is not None:  # float32 on CPU: the prepacked path, as Seq2Seq.project
-            logits = self.packed(self.layer, hidden).float()
-        else:
-            logits = compute.linear(self.layer, hidden).float()
-        torch.log_softmax(logits, dim=-1, out=logits)
-        out = logits.new_full((hidden.shape[0], self.vocab), float("-inf"))
-        # scatter_ with a broadcast index: ~25% less time than index_copy_ along dim 1
-        return out.scatter_(1, self.ids.expand(hidden.shape[0], -1), logits)
-
-
-class _Rows:
-    """A linear layer's weight/bias cut to some output rows, as ``compute.linear`` and
-    ``PackedProjection`` take a layer (a plain object: no parameters built per batch)."""
-
-    def __init__(self, weight: Tensor, bias: Tensor | None):
-        self.weight, self.bias = weight, bias
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
-# ---------------------------------------------------------------- building the table
 def pair_matrix(ids: Sequence[Sequence[int]], vocab: int) -> Tensor:
     """Sparse ``(n, vocab)`` float64 0/1 matrix: which ids occur in each of ``n`` sentences."""
     lengths = torch.tensor([len(s) for s in ids], dtype=torch.long)

@@ -15,8 +15,9 @@ from torch import Tensor
 
 from seq2seq.data.batch import decoder_start
 from seq2seq.decoding.ensemble import Ensemble, EnsembleRows
-from seq2seq.decoding.shortlist import Restricted
 from seq2seq.model import Attentions, DecoderCache, Seq2Seq
+from seq2seq.model.inference import output
+from seq2seq.model.inference.shortlist import Restricted
 from seq2seq.profiling import phase
 
 
@@ -48,7 +49,7 @@ class DecoderRows:
     token per row; ``select(rows (R',))`` keeps/reorders rows. ``cross=False`` is only valid
     when each row stays within its own sentence (beam reordering): the memory rows are then
     identical and need no copy. ``shortlist (C,)``: the only target ids the output
-    projection computes (``decoding.shortlist``)."""
+    projection computes (``model/inference/shortlist.py``)."""
 
     def __init__(self, model: Seq2Seq, memory: Tensor, memory_mask: Tensor, use_cache: bool,
                  capacity: int, group: int = 1, shortlist: Tensor | None = None):
@@ -75,14 +76,9 @@ class DecoderRows:
             return h[:, -1]
 
     def log_probs(self, hidden: Tensor) -> Tensor:
-        """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)``: the projection's
-        output is normalized in place (no second r x V buffer). With a shortlist, over its
-        candidates only (``-inf`` elsewhere)."""
-        with phase("seq2seq.output_projection"):
-            if self.restricted is not None:
-                return self.restricted.log_probs(hidden)
-            logits = self.model.project(hidden).float()
-        return torch.log_softmax(logits, dim=-1, out=logits)
+        """Log-probs ``(r, V)`` of decoder states ``hidden (r, d_model)`` (``output.log_probs``:
+        with a shortlist, over its candidates only, ``-inf`` elsewhere)."""
+        return output.log_probs(self.model, hidden, self.restricted)
 
     def select(self, rows: Tensor, cross: bool = True) -> None:
         with phase("seq2seq.search.select"):
@@ -106,10 +102,10 @@ def encoded_rows(model: Seq2Seq, src: Tensor, use_cache: bool, capacity: int,
 
 def shortlist_ids(model: Seq2Seq | Ensemble, src: Tensor) -> Tensor | None:
     """The batch's candidate target ids ``(C,)``, sorted, when the model (an ensemble: any
-    member) carries a shortlist (``Translator`` attaches it: ``decoding.shortlist``); an
+    member) has a shortlist (``Seq2Seq.inference.shortlist``, which ``Translator`` sets); an
     ensemble's is the union of its members'."""
-    lists = [m.shortlist for m in getattr(model, "members", [model])
-             if getattr(m, "shortlist", None) is not None]
+    lists = [m.inference.shortlist for m in getattr(model, "members", [model])
+             if m.inference.shortlist is not None]
     if not lists:
         return None
     return torch.unique(torch.cat([s.candidates(src) for s in lists]))

@@ -1,5 +1,6 @@
-"""Building blocks: positional encodings, embeddings, multi-head attention, feed-forward,
-and the encoder/decoder layers (norms and the residual wrapper: ``seq2seq.model.norms``).
+"""Building blocks: linear layers, positional encodings, embeddings, multi-head attention,
+feed-forward, and the encoder/decoder layers (norms and the residual wrapper:
+``seq2seq.model.norms``).
 
 Activations are ``(B, T, d_model)``; per-head tensors ``(B, H, T, d_k | d_v)``.
 """
@@ -7,6 +8,7 @@ Activations are ``(B, T, d_model)``; per-head tensors ``(B, H, T, d_k | d_v)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -15,10 +17,34 @@ from torch import Tensor, nn
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import attention, reference_attention
 from seq2seq.model.cache import KV, DecoderCache
-from seq2seq.model.compute import linear
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
+
+
+# ---------------------------------------------------------------- linear layers
+class Linear(nn.Linear):
+    """``nn.Linear`` (the same parameters and state-dict keys) with a declared ``kernel``:
+    how it multiplies at inference, set by a compute type (``model/inference/compute.py``);
+    None: ``F.linear``, as training and float32 run."""
+
+    kernel: Callable[[Linear, Tensor], Tensor] | None
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.kernel = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(self, x)
+
+
+def linear(m: Linear, x: Tensor) -> Tensor:
+    """``m(x)`` ``(..., in) -> (..., out)`` without a module call: through ``m.kernel``, else
+    ``F.linear``. ``m``: a :class:`Linear` or any object with ``weight``, ``bias`` and
+    ``kernel`` (``compute.Weights``)."""
+    kernel = m.kernel  # an instance attribute: one plain read, nothing added to float32's step
+    return F.linear(x, m.weight, m.bias) if kernel is None else kernel(m, x)
 
 
 # ---------------------------------------------------------------- positions
@@ -97,9 +123,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, arch: ModelConfig, rope: RotaryEmbedding | None = None):
         super().__init__()
         self.h, self.d_k, self.d_v = arch.n_heads, arch.head_dim_k, arch.head_dim_v
-        self.w_q = nn.Linear(arch.d_model, self.h * self.d_k)
-        self.w_kv = nn.Linear(arch.d_model, self.h * (self.d_k + self.d_v))  # K and V in one matmul
-        self.w_o = nn.Linear(self.h * self.d_v, arch.d_model)
+        self.w_q = Linear(arch.d_model, self.h * self.d_k)
+        self.w_kv = Linear(arch.d_model, self.h * (self.d_k + self.d_v))  # K and V in one matmul
+        self.w_o = Linear(self.h * self.d_v, arch.d_model)
         self.dropout_p = arch.attention_dropout
         self.rope = rope
 
@@ -144,8 +170,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, arch: ModelConfig):
         super().__init__()
-        self.w1 = nn.Linear(arch.d_model, arch.d_ff)
-        self.w2 = nn.Linear(arch.d_ff, arch.d_model)
+        self.w1 = Linear(arch.d_model, arch.d_ff)
+        self.w2 = Linear(arch.d_ff, arch.d_model)
         self.act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[arch.activation]
         self.dropout = Dropout(arch.activation_dropout)
 

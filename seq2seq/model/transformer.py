@@ -1,4 +1,5 @@
-"""Encoder, Decoder and Seq2Seq: a plain ``nn.Module`` (no loss, optimizer or Lightning).
+"""Encoder, Decoder and Seq2Seq: a plain ``nn.Module`` (no loss, optimizer or Lightning),
+with its inference features declared (``inference``: ``model/inference/features.py``).
 
 Shapes: source ids ``(B, S)``, target ids ``(B, L)``, memory ``(B, S, d_model)``,
 logits ``(B, L, V_tgt)``.
@@ -11,14 +12,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-import seq2seq.model.step as step
+import seq2seq.model.inference.step as step
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import causal_mask, padding_mask
 from seq2seq.model.cache import KV, DecoderCache
-from seq2seq.model.compute import linear
-from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, RotaryEmbedding
+from seq2seq.model.inference import output
+from seq2seq.model.inference.features import Inference
+from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer, Linear, RotaryEmbedding
 from seq2seq.model.norms import final_norm
-from seq2seq.model.packed import PackedProjection
 from seq2seq.profiling import phase
 
 
@@ -100,12 +101,10 @@ class Seq2Seq(nn.Module):
         self.tgt_embed = Embedding(arch.tgt_vocab_size, arch, tokens=shared)
         self.encoder = Encoder(arch)
         self.decoder = Decoder(arch)
-        self.output = nn.Linear(arch.d_model, arch.tgt_vocab_size, bias=arch.output_bias)
+        self.output = Linear(arch.d_model, arch.tgt_vocab_size, bias=arch.output_bias)
         if arch.tie_output:
             self.output.weight = self.tgt_embed.tokens.weight
-        self.packed_output = PackedProjection()  # inference's copy of it; not a weight
-        self.step_plan = step.StepPlan()  # the one-token step's linears (model/step.py)
-        self.compute_type = "float32"  # how the linear layers multiply (model/compute.py:prepare)
+        self.inference = Inference()  # not weights: compute type, step plan, compiled step, ...
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -133,7 +132,7 @@ class Seq2Seq(nn.Module):
         with room for ``capacity`` target positions before it grows, for ``M * group``
         decoder rows (``group`` consecutive rows per memory row: beams of one sentence).
         The one-token step's weights are checked here, once per cache (``step.StepPlan``)."""
-        self.step_plan.refresh(self)
+        self.inference.step_plan.refresh(self)
         return DecoderCache(self.decoder.cross_kv(memory), memory_mask, capacity, group)
 
     def decode(
@@ -153,15 +152,13 @@ class Seq2Seq(nn.Module):
         """
         hidden, cache = self.decode_hidden(tgt, memory, memory_mask, cache, weights)
         with phase("seq2seq.output_projection"):
-            return linear(self.output, hidden), cache
+            return self.project(hidden), cache
 
     def project(self, hidden: Tensor) -> Tensor:
-        """Logits ``(r, V)`` of decoder states ``hidden (r, d_model)``: the output projection,
-        through a prepacked weight at inference on CPU (``model/packed.py``), or the kernel
-        of the model's compute type (``model/compute.py``)."""
-        if self.output.__dict__.get("kernel") is not None:
-            return linear(self.output, hidden)
-        return self.packed_output(self.output, hidden)
+        """Logits ``(..., V)`` of decoder states ``hidden (..., d_model)``: the output
+        projection as ``output.project`` decides (the compute type's kernel, a prepacked
+        weight at inference on CPU, or ``F.linear``)."""
+        return output.project(self.output, hidden, self.inference.packed_output)
 
     def decode_hidden(
         self,
@@ -175,7 +172,7 @@ class Seq2Seq(nn.Module):
         if cache is None:
             cross_kv, start = self.decoder.cross_kv(memory), 0
         elif step.supported(self, cache, tgt.shape[1], weights is not None):
-            fast = self.__dict__.get("compiled_step")  # --compile (model/compiled.py)
+            fast = self.inference.compiled_step  # --compile (compiled.py)
             out = None if fast is None else fast(self, tgt[:, 0], cache)
             out = step.decoder_step(self, tgt[:, 0], cache) if out is None else out
             return out, cache  # the fused one-token step
@@ -202,7 +199,9 @@ class Seq2Seq(nn.Module):
         memory = self.encode(src, src_mask)
         y, _ = self.decode_hidden(tgt_in, memory, src_mask)
         y = y if keep is None else y[keep]
-        return linear(self.output, y) if project else y
+        # the layer as trained (its kernel, else F.linear), never the inference-only packed
+        # copy: validation's logits and FLOPs are those of the network
+        return output.project(self.output, y) if project else y
 
     @torch.no_grad()
     def attentions(self, src: Tensor, tgt_in: Tensor) -> Attentions:

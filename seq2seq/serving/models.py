@@ -78,9 +78,9 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
                              "with -m NAME=PATH")
         translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type,
                                                 shortlist=shortlist, compile=compile)
-        if compile and getattr(translator.model, "compiled_step", None):
+        if compile and translator.model.inference.compiled_step is not None:
             for group in (1, translator.decoding.beam_size):  # greedy, and the default beam
-                translator.model.compiled_step.prepare(translator.model, group)
+                translator.model.inference.compiled_step.prepare(translator.model, group)
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"

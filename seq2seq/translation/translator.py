@@ -39,10 +39,11 @@ from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import Hypothesis, search
-from seq2seq.decoding.shortlist import Shortlist
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.fields import FieldError, FieldWarning
-from seq2seq.model import Seq2Seq, compiled, compute
+from seq2seq.model import Seq2Seq
+from seq2seq.model.inference import compiled, compute
+from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.translation import paragraphs
 from seq2seq.translation.result import TranslationResult, output_flags
 
@@ -123,10 +124,10 @@ class Translator:
         bad file or a tokenizer whose bytes do not match its stored fingerprint). How the
         model is prepared is set here, once (``LoadConfig``; None = its default): its linear
         layers run in ``compute_type`` (``auto`` resolved, see :attr:`compute_type`;
-        ``seq2seq.model.compute``); ``shortlist``: decode over each batch's candidates of the
-        checkpoint's lexical table (``decoding.shortlist``; ``ValueError`` without one);
-        ``compile``: the decoder step compiled ahead of time (``model/compiled.py``; float32
-        only, ``ValueError`` otherwise)."""
+        ``model/inference/compute.py``); ``shortlist``: decode over each batch's candidates of
+        the checkpoint's lexical table (``model/inference/shortlist.py``; ``ValueError``
+        without one); ``compile``: the decoder step compiled ahead of time (``compiled.py``;
+        float32 only, ``ValueError`` otherwise)."""
         ckpt, model = load_model(path)  # the model is built once (verification's is reused)
         return cls.from_loaded(ckpt, f"checkpoint {path}", decoding, device, model, compute_type,
                                shortlist, compile)
@@ -156,12 +157,12 @@ class Translator:
                 raise FieldError("{where}: has no shortlist table; build one with "
                                  "seq2seq-shortlist (-o NEW.ckpt or {in_place}), or decode "
                                  "without {shortlist}", where=where)
-            translator.model.shortlist = Shortlist.from_entry(entry, model.arch)
+            translator.model.inference.shortlist = Shortlist.from_entry(entry, model.arch)
         if load.compile:
             if translator.compute_type != "float32":
                 raise FieldError("{compile}: only for {compute_type} float32, not {got}",
                                  got=translator.compute_type)
-            compiled.attach(translator.model)
+            compiled.enable(translator.model)
         return translator
 
     @classmethod
@@ -217,14 +218,14 @@ class Translator:
         """How the model's linear layers multiply: ``float32``, ``int8`` or ``bfloat16``
         (what ``auto`` became on this CPU)."""
         models = getattr(self.model, "members", [self.model])
-        return getattr(models[0], "compute_type", "float32")
+        return models[0].inference.compute_type
 
     @property
     def shortlist(self) -> bool:
         """Whether decoding is restricted to the checkpoint's shortlist (an ensemble: the
         union of its members' candidates)."""
         models = getattr(self.model, "members", [self.model])
-        return any(getattr(m, "shortlist", None) is not None for m in models)
+        return any(m.inference.shortlist is not None for m in models)
 
     @property
     def device(self) -> torch.device:

@@ -21,6 +21,7 @@ from seq2seq.decoding.search import (
     search,
 )
 from seq2seq.model import Seq2Seq
+from seq2seq.model.layers import Linear
 
 VOCAB, PAD, BOS, EOS = 48, 0, 2, 3
 NORMS = list(itertools.product(["post", "pre"], ["layernorm", "rmsnorm"]))
@@ -140,7 +141,7 @@ class Bigram(Seq2Seq):
         self.table = table
         # The "state" of a position is its input token, one-hot; the output layer looks its
         # row up (one-hot x table is exact), so decode = output(decode_hidden) still holds.
-        self.output = torch.nn.Linear(V, V, bias=False)
+        self.output = Linear(V, V, bias=False)
         with torch.no_grad():
             self.output.weight.copy_(table.T)
         self.eval()

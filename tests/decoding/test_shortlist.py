@@ -22,9 +22,10 @@ from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import DecodingConfig, ShortlistConfig
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.search import search
-from seq2seq.decoding.shortlist import Shortlist, build_table, shortlist_entry
+from seq2seq.decoding.shortlist import build_table, shortlist_entry
 from seq2seq.files import save_atomic
-from seq2seq.model import compute
+from seq2seq.model.inference import compute
+from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.translation.translator import Translator
 
 V = 60
@@ -58,12 +59,12 @@ def whole_vocabulary(vocab: int = V) -> Shortlist:
 def decode(model, src, decoding, shortlist=None):
     models = getattr(model, "members", [model])
     for m in models:
-        m.shortlist = shortlist
+        m.inference.shortlist = shortlist
     try:
         return search(model, src, decoding, generator=torch.Generator().manual_seed(5))
     finally:
         for m in models:
-            m.shortlist = None
+            m.inference.shortlist = None
 
 
 def native(compute_type: str) -> bool:
@@ -115,12 +116,12 @@ def test_no_token_outside_the_candidates_is_produced(decoding):
     full = {t for hyps in decode(model, src, decoding).hypotheses for h in hyps for t in h.tokens}
     assert full - allowed  # without the shortlist, the model produces other tokens
     steps = []
-    model.shortlist = shortlist
+    model.inference.shortlist = shortlist
     try:
         out = search(model, src, decoding, generator=torch.Generator().manual_seed(5),
                      on_step=lambda t, lp: steps.append(lp.clone()))
     finally:
-        model.shortlist = None
+        model.inference.shortlist = None
     for hyps in out.hypotheses:
         for h in hyps:
             assert set(h.tokens) <= allowed

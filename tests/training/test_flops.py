@@ -150,7 +150,7 @@ def test_gemm_section_rows_and_table(tmp_path):
     from seq2seq.checkpoint import load_checkpoint, save_model
     from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
     from seq2seq.model import Seq2Seq
-    from seq2seq.model.compute import native_bf16
+    from seq2seq.model.inference.compute import native_bf16
 
     tok = Tokenizer.train([f"w{i} x{i % 7} y{i % 3}" for i in range(200)],
                           TokenizerConfig(vocab_size=40, num_threads=1))

@@ -173,7 +173,7 @@ def test_bf16_mixed_runs_the_linears_in_bf16_and_the_loss_and_grads_in_fp32():
     module.model = Seq2Seq(arch)
     dtypes = []
 
-    class Linears(TorchFunctionMode):  # the layers call F.linear (model.compute), not modules
+    class Linears(TorchFunctionMode):  # the layers call F.linear (layers.linear), not modules
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func is torch.nn.functional.linear:

@@ -1,7 +1,8 @@
-"""``--compile`` (``seq2seq.model.compiled``): the AOTInductor-compiled decoder step gives the
-eager step's translations on the shipped model, greedy and beam; its packages are cached
-on disk and loaded, not compiled, by a second model; without a compiler, or when compiling
-fails, decoding is eager with one note; other compute types and ensembles are refused."""
+"""``--compile`` (``seq2seq.model.inference.compiled``): the AOTInductor-compiled decoder
+step gives the eager step's translations on the shipped model, greedy and beam; its packages
+are cached on disk and loaded, not compiled, by a second model; without a compiler, or when
+compiling fails, decoding is eager with one note; other compute types and ensembles are
+refused."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import pytest
 from helpers import multi30k_lines, run_main
 from hypothesis import given, settings
 
-import seq2seq.model.compiled as compiled
+import seq2seq.model.inference.compiled as compiled
 from seq2seq.cli import translate
 from seq2seq.config import DecodingConfig
 from seq2seq.fields import FieldWarning
 from seq2seq.translation.translator import Translator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
 TEXTS = multi30k_lines("de", 40, "test_2016_flickr")
 SEARCHES = {"greedy": DecodingConfig(method="greedy"),
@@ -60,7 +61,8 @@ def test_compiled_step_translates_as_eager(search, eager, cache, capsys):
     steps = compiled.COUNTS["steps"]
     assert near_ties(translator.translate(TEXTS), eager[search]) <= 1
     assert compiled.COUNTS["steps"] > steps + 20  # the compiled step ran, every step
-    assert list(translator.model.compiled_step.loaders) == [1 if search == "greedy" else 5]
+    loaders = translator.model.inference.compiled_step.loaders
+    assert list(loaders) == [1 if search == "greedy" else 5]
     assert "Traceback" not in capsys.readouterr().err
     assert not list(cache.glob(".*"))  # no temporary file left
 
@@ -129,7 +131,7 @@ def test_batch_sizes_in_either_order(search, order):
     calls = [differential.POOL[:1], differential.POOL[100:164]]
     for texts in calls if order == "one, then many" else calls[::-1]:
         differential.check_same(f"--compile, {order}", texts, translator.translate(texts), search)
-    assert translator.model.compiled_step.failed is False
+    assert translator.model.inference.compiled_step.failed is False
 
 
 @settings(max_examples=3)
@@ -190,7 +192,7 @@ def test_a_greedy_package_under_a_beam_name_is_compiled_again(cache, capsys):
     d = DecodingConfig(method="beam", beam_size=2)
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
     translator.translate(TEXTS[:1])  # the greedy package exists
-    step = translator.model.compiled_step
+    step = translator.model.inference.compiled_step
     for suffix in (".pt2", ".json"):
         step.path(2).with_suffix(suffix).write_bytes(step.path(1).with_suffix(suffix).read_bytes())
     compiled_before = compiled.COUNTS["compiled"]
@@ -199,7 +201,8 @@ def test_a_greedy_package_under_a_beam_name_is_compiled_again(cache, capsys):
     with pytest.warns(FieldWarning, match="^compile: the cached package .* was made for another "
                       "model, torch version, CPU or beam width; compiling it again"):
         differential.check_same("--compile beam 2", TEXTS[:7], beam2.translate(TEXTS[:7]), "beam2")
-    assert compiled.COUNTS["compiled"] == compiled_before + 1 and not beam2.model.compiled_step.failed
+    assert compiled.COUNTS["compiled"] == compiled_before + 1
+    assert not beam2.model.inference.compiled_step.failed
 
 
 def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, capsys):
@@ -224,7 +227,7 @@ def test_the_server_compiles_at_start_and_answers_as_eager(cache):
     from seq2seq.serving import create_app, load_models
 
     models = load_models([str(SHIPPED)], compile=True)
-    step = next(iter(models.values())).translator.model.compiled_step
+    step = next(iter(models.values())).translator.model.inference.compiled_step
     assert sorted(step.loaders) == [1, 5] and all(step.loaders.values())
     steps = compiled.COUNTS["steps"]
     with TestClient(create_app(models)) as client:

@@ -1,6 +1,6 @@
 """The one-token decoder step compiled ahead of time (AOTInductor), opt-in (``--compile``).
 
-``model.step``'s maths, restructured so that one graph serves every step: each layer's
+``inference.step``'s maths, restructured so that one graph serves every step: each layer's
 whole K/V cache buffers ``(R, H, C, d)`` go in and the ``P + 1`` filled positions are sliced
 inside (their count is the length of ``pos``), so the rows, memory rows, capacity, cache
 length and source length are dynamic dimensions. It is ``torch.export``-ed with the model's
@@ -37,7 +37,7 @@ from seq2seq.fields import FieldWarning
 from seq2seq.files import new_file_mode, write_atomic
 from seq2seq.machine import cache_home, cpu_flags
 from seq2seq.model.cache import DecoderCache
-from seq2seq.model.step import decoder_step, layer_step, projections
+from seq2seq.model.inference.step import decoder_step, layer_step, projections
 
 COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests and notes
 ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
@@ -61,7 +61,7 @@ def _write_last(K: Tensor, V: Tensor):
 def pure_step(model, plan, tokens: Tensor, kv, layouts) -> Tensor:
     """``tokens (R,)``, per layer K/V views ``(R, H, P+1, d)`` and the cross layout ->
     ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P.
-    ``plan``: each layer's ``step.Projections`` through ``compute.linear`` (a graph holds
+    ``plan``: each layer's ``step.Projections`` through ``layers.linear`` (a graph holds
     no prepacked oneDNN weight; Inductor lays the weights out itself)."""
     emb, P = model.tgt_embed, kv[0][0].shape[2] - 1
     x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
@@ -294,12 +294,12 @@ class CompiledStep:
                                             self.pos[: cache.length]))[0]
 
 
-def attach(model) -> bool:
-    """Give a float32 CPU ``model`` a compiled step (``model.compiled_step``), used by
-    ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler."""
+def enable(model) -> bool:
+    """Give a float32 CPU ``model`` a compiled step (``model.inference.compiled_step``), used
+    by ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler."""
     if cpp_compiler() is None:
         warnings.warn(FieldWarning("{compile}: no C++ compiler found (g++/clang++); decoding "
                                    "eagerly"), stacklevel=2)
         return False
-    model.compiled_step = CompiledStep(model)
+    model.inference.compiled_step = CompiledStep(model)
     return True

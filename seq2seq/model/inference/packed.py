@@ -1,4 +1,5 @@
-"""The output projection at inference, with its weight prepacked for the CPU's GEMM.
+"""Linear layers at inference with their weights laid out for the CPU's GEMM: the output
+projection (:class:`PackedProjection`) and the one-token step's (:func:`prepare_linear`).
 
 A search projects every decoder row onto the whole vocabulary each step: ``(R, d_model) x
 (d_model, V)``, the largest matmul of a step (a quarter of greedy's time at Tiny size).
@@ -7,16 +8,16 @@ oneDNN runs it from a weight laid out once in its blocked format ~1.6-1.8x faste
 decoder's smaller linears gain nothing, so only this one is packed).
 
 The packed copy is made on first use and again whenever the weight changes (another
-tensor, or an in-place update: training, ``load_state_dict``). It is used only where it
-computes the same function: CPU, float32, 2-D input, no autograd; everything else, and any
-build without oneDNN, takes ``F.linear``.
+tensor, or an in-place update: training, ``load_state_dict``). ``output.project`` uses it
+only where it computes the same function (:meth:`PackedProjection.applies`: CPU, float32,
+2-D input, no autograd, a build with oneDNN); everything else takes ``F.linear``.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 ROWS_HINT = 256  # the row count oneDNN lays the weight out for; any count works
 
@@ -26,34 +27,38 @@ def _supported() -> bool:
 
 
 class PackedProjection:
-    """``linear(x)`` through a prepacked weight where that is the same function."""
+    """A linear layer's ``x W^T + b`` through a prepacked copy of ``W``, where that is the
+    same function (:meth:`applies`); ``output.project`` decides."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.packed: Tensor | None = None
         self.enabled = _supported()
 
-    def __call__(self, linear: nn.Linear, x: Tensor) -> Tensor:
-        w = linear.weight
-        if not (self.enabled and x.dim() == 2 and x.device.type == "cpu"
-                and x.dtype == w.dtype == torch.float32 and not torch.is_grad_enabled()):
-            return linear(x)
+    def applies(self, weight: Tensor, x: Tensor) -> bool:
+        """Whether ``self(layer, x)`` computes ``F.linear``'s function for ``x``: 2-D float32
+        rows on the CPU, no autograd, a oneDNN build that lays the weight out."""
+        return (self.enabled and x.dim() == 2 and x.device.type == "cpu"
+                and x.dtype == weight.dtype == torch.float32 and not torch.is_grad_enabled())
+
+    def __call__(self, layer, x: Tensor) -> Tensor:
+        """``layer``'s output ``(R, out)`` for rows ``x (R, in)`` where :meth:`applies`."""
+        w = layer.weight
         # _version: in-place updates; an inference tensor (a model loaded under
         # torch.inference_mode) has no version counter, and is not trained in place
         key = (w.data_ptr(), 0 if w.is_inference() else w._version, tuple(w.shape))
         if key != self.key:
             try:
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), ROWS_HINT)
-            except RuntimeError:  # a oneDNN build without this layout: stay on F.linear
+            except RuntimeError:  # a oneDNN build without this layout: F.linear from now on
                 self.enabled = False
-                return linear(x)
+                return F.linear(x, w, layer.bias)
             self.key = key
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, linear.bias,
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, layer.bias,
                                                   "none", [], "")
 
     def __deepcopy__(self, memo) -> PackedProjection:
         return PackedProjection()  # a copy packs its own weight when first used
-
 
 
 # Below this many weights a prepacked oneDNN call loses to F.linear: its ~12 us fixed cost

@@ -1,4 +1,4 @@
-"""The fused one-token decoder step (``seq2seq.model.step``) computes what the general
+"""The fused one-token decoder step (``seq2seq.model.inference.step``) computes what the general
 layers compute: same logits for every architecture option it takes, with beams sharing a
 memory row, after reorders within and across sentences; and it is the path searches take."""
 
@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.model import Seq2Seq, step
+from seq2seq.model import Seq2Seq
+from seq2seq.model.inference import step
 
 VOCAB, PAD = 40, 0
 

@@ -1,11 +1,12 @@
 """Compute types at inference (CTranslate2's ``compute_type``): how the linear layers multiply.
 
-Every linear layer of the network goes through :func:`linear` (the layers, the fused decoder
-step, the output projection). A compute type sets a *kernel* on each ``nn.Linear`` of the
-model (:func:`prepare`); without one, :func:`linear` is ``F.linear``, so float32 is the
-same function as before, bit for bit. The float32 parameters themselves are never changed
-(state dicts, exports and the tied embedding stay as they were); a kernel keeps its own copy
-of the weight in its format and makes it again whenever the weight changes.
+Every linear layer of the network goes through ``layers.linear`` (the layers, the fused
+decoder step, the output projection). A compute type sets the declared ``kernel`` of each
+``layers.Linear`` of the model (:func:`prepare`); without one, ``layers.linear`` is
+``F.linear``, so float32 is the same function as before, bit for bit. The float32
+parameters themselves are never changed (state dicts, exports and the tied embedding stay
+as they were); a kernel keeps its own copy of the weight in its format and makes it again
+whenever the weight changes.
 
 - ``int8``: weights quantized per output channel (symmetric, scale = max |w| / 127),
   activations per row as they come (each row divided by its max |x|, then the kernel's
@@ -32,14 +33,9 @@ from torch import Tensor, nn
 from seq2seq.config.decoding import ComputeType
 from seq2seq.fields import FieldError
 from seq2seq.machine import cpu_flags
+from seq2seq.model.layers import Linear
 
 CHOICES: tuple[str, ...] = get_args(ComputeType)
-
-
-def linear(m: nn.Linear, x: Tensor) -> Tensor:
-    """``m(x)`` through the kernel its compute type set, else ``F.linear`` (float32)."""
-    kernel = m.__dict__.get("kernel")  # a plain dict lookup: nothing added to float32's step
-    return F.linear(x, m.weight, m.bias) if kernel is None else kernel(m, x)
 
 
 # ---------------------------------------------------------------- what the CPU runs natively
@@ -90,7 +86,7 @@ class _Kernel:
         self.key: tuple | None = None
         self.weight = None
 
-    def __call__(self, m: nn.Linear, x: Tensor) -> Tensor:
+    def __call__(self, m: Linear | Weights, x: Tensor) -> Tensor:
         w, b = m.weight, m.bias
         if torch.is_grad_enabled() and w.requires_grad:  # training: float32 as ever
             return F.linear(x, w, b)
@@ -143,26 +139,43 @@ class BFloat16Linear(_Kernel):
 KERNELS = {"int8": Int8Linear, "bfloat16": BFloat16Linear}
 
 
-def prepare(model: nn.Module, compute_type: str = "float32") -> nn.Module:
-    """``model`` set to run its linear layers in ``compute_type`` for inference (in place;
-    returned). ``auto`` is resolved (:func:`resolve`); the type that runs is
-    ``model.compute_type``. ``bfloat16`` on a CPU without native bf16 and ``int8`` without
-    oneDNN's quantized engine are refused (``ValueError``): emulated, they are slower."""
-    d_model = getattr(getattr(model, "arch", None), "d_model", 0)
-    chosen = resolve(compute_type, d_model)
-    device = next(model.parameters()).device
-    if chosen == "int8" and device.type != "cpu":
+class Weights:
+    """A weight ``(out, in)`` and bias ``(out,)`` that ``layers.linear`` takes as it takes a
+    layer, in the compute type of ``like`` (a fresh kernel of its type packs these weights):
+    weights made from a model's (the step's fused ones, a shortlist's rows of the output
+    layer). A plain object, not a module: made per weights or per batch."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, like: Linear | Weights | None = None):
+        self.weight, self.bias = weight, bias
+        kernel = None if like is None else like.kernel
+        self.kernel = None if kernel is None else type(kernel)()
+
+
+def check(compute_type: str, device: torch.device) -> None:
+    """``FieldError`` when ``compute_type`` (resolved) would run emulated on ``device``:
+    ``bfloat16`` on a CPU without native bf16, ``int8`` off the CPU or without oneDNN's
+    quantized engine (slower than float32 there)."""
+    if compute_type == "int8" and device.type != "cpu":
         raise FieldError("{compute_type} int8: runs on the CPU only, not {device}; use "
                          "float32 or bfloat16 there", device=device)
-    if chosen == "bfloat16" and device.type == "cpu" and not native_bf16():
+    if compute_type == "bfloat16" and device.type == "cpu" and not native_bf16():
         raise FieldError("{compute_type} bfloat16: this CPU has no native bfloat16 (AVX-512 BF16 "
                          "or AMX); use float32 or int8")
-    if chosen == "int8" and "onednn" not in torch.backends.quantized.supported_engines:
+    if compute_type == "int8" and "onednn" not in torch.backends.quantized.supported_engines:
         raise FieldError("{compute_type} int8: this torch build has no oneDNN quantized engine; "
                          "use float32")
+
+
+def prepare(model: nn.Module, compute_type: str = "float32") -> nn.Module:
+    """``model`` (a ``Seq2Seq``) set to run its linear layers in ``compute_type`` for
+    inference (in place; returned). ``auto`` is resolved (:func:`resolve`); the type that
+    runs is ``model.inference.compute_type``. A type that would run emulated is refused
+    (:func:`check`)."""
+    chosen = resolve(compute_type, model.arch.d_model)
+    check(chosen, next(model.parameters()).device)
     kernel = KERNELS.get(chosen)
     for module in model.modules():
-        if isinstance(module, nn.Linear):
-            module.__dict__["kernel"] = None if kernel is None else kernel()
-    model.compute_type = chosen
+        if isinstance(module, Linear):
+            module.kernel = None if kernel is None else kernel()
+    model.inference.compute_type = chosen
     return model

@@ -12,7 +12,7 @@ per layer (all levels, as ``torch.profiler`` counts them: ``scripts/bench/opcoun
   (so Q, K and V are views of it), 1/sqrt(d_k) folded into the query weights, and, on a
   float32 CPU, every linear of at least ``packed.PACK_MIN_WEIGHTS`` weights one prepacked
   oneDNN call with the feed-forward's activation fused (``packed.Packed``; smaller ones,
-  where oneDNN's fixed cost per call loses, and compute types go through ``compute.linear``);
+  where oneDNN's fixed cost per call loses, and compute types go through ``layers.linear``);
 - self-attention: K/V appended to the cache, one ``bmm`` for the scores ``(R*H, 1, P+1)``
   (no mask: one new query may see every cached position), softmax, one ``bmm`` with V;
 - cross-attention: the memory's K^T ``(M*H, d_k, S)``, V ``(M*H, S, d_v)`` and the additive
@@ -24,7 +24,8 @@ per layer (all levels, as ``torch.profiler`` counts them: ``scripts/bench/opcoun
 ``Seq2Seq.decode_hidden`` takes this path for a one-token cached step in eval mode without
 autograd, with no weights requested and sinusoidal or learned positions; everything else,
 and the reference every search is tested against (uncached decoding), goes through the
-layers. Tests hold both paths equal (``tests/model/test_step.py``, ``tests/model/test_model.py``).
+layers. Tests hold both paths equal (``tests/model/inference/test_step.py``,
+``tests/model/test_model.py``).
 """
 
 from __future__ import annotations
@@ -33,32 +34,31 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.cache import DecoderCache
-from seq2seq.model.compute import linear
-from seq2seq.model.layers import DecoderLayer, Embedding, MultiHeadAttention
+from seq2seq.model.inference.compute import Weights
+from seq2seq.model.inference.packed import prepare_linear
+from seq2seq.model.layers import DecoderLayer, Embedding, Linear, MultiHeadAttention, linear
 from seq2seq.model.norms import Residual
-from seq2seq.model.packed import prepare_linear
 from seq2seq.profiling import phase
 
-Linear = Callable[[Tensor], Tensor]  # rows (R, in) -> (R, out)
+RowsLinear = Callable[[Tensor], Tensor]  # rows (R, in) -> (R, out)
 
 
 @dataclass
 class Projections:
     """One decoder layer's linear layers as the step calls them."""
 
-    qkv: Linear  # (R, d_model) -> (R, H * (2 d_k + d_v)): per head [q_h / sqrt(d_k), k_h, v_h]
-    self_out: Linear  # W^O of self-attention
-    cross_q: Linear  # W^Q of cross-attention, scaled by 1 / sqrt(d_k)
-    cross_out: Linear
-    ff_in: Linear  # W1 and the activation
-    ff_out: Linear  # W2
+    qkv: RowsLinear  # (R, d_model) -> (R, H * (2 d_k + d_v)): per head [q_h / sqrt(d_k), k_h, v_h]
+    self_out: RowsLinear  # W^O of self-attention
+    cross_q: RowsLinear  # W^Q of cross-attention, scaled by 1 / sqrt(d_k)
+    cross_out: RowsLinear
+    ff_in: RowsLinear  # W1 and the activation
+    ff_out: RowsLinear  # W2
 
 
 def _weights(m, scale: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -81,24 +81,24 @@ def _qkv_weights(attn: MultiHeadAttention) -> tuple[Tensor, Tensor]:
     return w, b
 
 
-def _as_linear(like, weight: Tensor, bias: Tensor, act=None, packed: bool = True) -> Linear:
+def _as_linear(like: Linear, weight: Tensor, bias: Tensor, act=None,
+               packed: bool = True) -> RowsLinear:
     """``act(x weight^T + bias)``: ``packed.prepare_linear``'s call where that is the same
-    function (float32 on CPU, no compute-type kernel on ``like``), else ``compute.linear``
-    with a kernel of ``like``'s type for these weights."""
-    kernel = like.__dict__.get("kernel")
-    fast = prepare_linear(weight, bias, act) if packed and kernel is None else None
+    function (float32 on CPU, no compute-type kernel on ``like``), else ``layers.linear``
+    with a kernel of ``like``'s type for these weights (``compute.Weights``)."""
+    fast = prepare_linear(weight, bias, act) if packed and like.kernel is None else None
     if fast is not None:
         return fast
-    m = SimpleNamespace(weight=weight, bias=bias, kernel=None if kernel is None else type(kernel)())
+    m = Weights(weight, bias, like)
     return partial(linear, m) if act is None else lambda x: act(linear(m, x))
 
 
 def projections(layer: DecoderLayer, packed: bool = True) -> Projections:
-    """The layer's :class:`Projections` (``packed=False``: through ``compute.linear`` only,
+    """The layer's :class:`Projections` (``packed=False``: through ``layers.linear`` only,
     what an exported graph can hold)."""
     self_attn, cross, ff = layer.self_attn, layer.cross_attn, layer.ff
     as_linear = partial(_as_linear, packed=packed)
-    if self_attn.w_q.__dict__.get("kernel") is not None:  # a compute type: its own layers
+    if self_attn.w_q.kernel is not None:  # a compute type: its own layers
         return _kernel_projections(layer)
     return Projections(
         qkv=as_linear(self_attn.w_q, *_qkv_weights(self_attn)),
@@ -142,7 +142,7 @@ class StepPlan:
 
     def refresh(self, model) -> list[Projections]:
         params = model.decoder.parameters()
-        key = (model.compute_type, *((p.data_ptr(), _version(p)) for p in params))
+        key = (model.inference.compute_type, *((p.data_ptr(), _version(p)) for p in params))
         if key != self.key:
             # normal tensors, not inference ones: a compute-type kernel reads their versions
             with torch.inference_mode(False), torch.no_grad():
@@ -230,7 +230,7 @@ def decoder_step(model, tokens: Tensor, cache: DecoderCache) -> Tensor:
     """``tokens (R,)``, one per decoder row, after the cache's P positions -> the decoder's
     last states ``(R, 1, d_model)`` (before the output projection); the cache is extended."""
     x = embed(model.tgt_embed, tokens, cache.length)
-    plan = model.step_plan.layers or model.step_plan.refresh(model)
+    plan = model.inference.step_plan.layers or model.inference.step_plan.refresh(model)
     for index, (layer, proj, layout) in enumerate(zip(model.decoder.layers, plan,
                                                       cache.cross_layout())):
         x = layer_step(layer, proj, x, partial(cache.append, index), layout)

@@ -1,4 +1,4 @@
-"""Compute types (``seq2seq.model.compute``): the int8 and bfloat16 linear kernels against
+"""Compute types (``seq2seq.model.inference.compute``): the int8 and bfloat16 linear kernels against
 references computed by hand, translations against float32's, float32 unchanged, and the
 ``--compute-type`` option of every command."""
 
@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from helpers import run_main, tiny_random_model
 
-import seq2seq.model.compute as compute
+import seq2seq.model.inference.compute as compute
 from seq2seq.config import ConfigError, DecodingConfig, LoadConfig
 from seq2seq.metrics import bleu
 from seq2seq.translation.translator import Translator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
 N = 100
 
@@ -88,14 +88,14 @@ def test_a_kernel_follows_its_weight_and_float32_is_bit_identical_after_any_type
     before = model(src, tgt)
     compute.prepare(model, "int8")
     int8 = model(src, tgt)
-    assert model.compute_type == "int8" and not torch.equal(int8, before)
+    assert model.inference.compute_type == "int8" and not torch.equal(int8, before)
     with torch.no_grad():  # an in-place update (load_state_dict): the kernel repacks
         model.output.weight.mul_(2.0)
     assert not torch.allclose(model(src, tgt), int8, atol=1e-3)
     model.output.weight.mul_(0.5)
     assert torch.allclose(model(src, tgt), int8, atol=1e-5)
     compute.prepare(model, "float32")
-    assert torch.equal(model(src, tgt), before) and model.compute_type == "float32"
+    assert torch.equal(model(src, tgt), before) and model.inference.compute_type == "float32"
 
 
 def test_float32_outputs_are_bit_identical_to_no_compute_type():

@@ -1,5 +1,6 @@
 """The prepacked output projection computes what ``nn.Linear`` does, follows every change of
-the weight, stays out of autograd, and leaves the shipped model's translations unchanged."""
+the weight, is taken only where it is the same function (``output.project``: no autograd,
+float32, 2-D), and leaves the shipped model's translations unchanged."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import torch
 from helpers import multi30k_lines
 
 from seq2seq.config import DecodingConfig
-from seq2seq.model.packed import PackedProjection
+from seq2seq.model.inference.output import project
+from seq2seq.model.inference.packed import PackedProjection
+from seq2seq.model.layers import Linear
 from seq2seq.translation.translator import Translator
 
 pytestmark = pytest.mark.skipif(not PackedProjection().enabled, reason="no oneDNN in this torch")
@@ -50,13 +53,18 @@ def test_a_layer_made_under_inference_mode_is_packed():
         torch.testing.assert_close(PackedProjection()(linear, x), linear(x), rtol=1e-5, atol=1e-5)
 
 
-def test_autograd_and_other_dtypes_take_the_plain_linear():
-    linear, x = torch.nn.Linear(8, 20), torch.randn(3, 8)
-    out = PackedProjection()(linear, x)  # grad enabled: training must see F.linear
+def test_autograd_other_dtypes_and_shapes_take_the_plain_linear():
+    """``output.project`` takes the packed copy only where it is ``F.linear``'s function."""
+    layer, x, packed = Linear(8, 20), torch.randn(3, 8), PackedProjection()
+    out = project(layer, x, packed)  # grad enabled: training must see F.linear
     assert out.grad_fn is not None
     with torch.inference_mode():
-        half = PackedProjection()(linear.double(), x.double())
-    assert half.dtype == torch.float64
+        assert project(Linear(8, 20).double(), x.double(), packed).dtype == torch.float64
+        assert project(layer, x[None], packed).shape == (1, 3, 20)  # 3-D
+    assert packed.packed is None  # none of them packed the weight
+    with torch.inference_mode():
+        torch.testing.assert_close(project(layer, x, packed), layer(x), rtol=1e-5, atol=1e-5)
+    assert packed.packed is not None
 
 
 def test_copies_pack_their_own_weight():
@@ -71,5 +79,13 @@ def test_shipped_model_translates_the_same_packed_or_not(method):
     texts = multi30k_lines("de", 150, "val")
     tr = Translator.from_checkpoint("multi30k_de_en_tiny", DecodingConfig(method=method))
     packed = tr.translate(texts)
-    tr.model.packed_output.enabled = False
+    tr.model.inference.packed_output.enabled = False
     assert tr.translate(texts) == packed
+
+
+def test_a_compute_type_kernel_comes_before_the_packed_copy():
+    layer, x, packed = Linear(8, 20), torch.randn(3, 8), PackedProjection()
+    layer.kernel = lambda m, rows: torch.zeros(rows.shape[0], m.weight.shape[0])  # a stand-in
+    with torch.inference_mode():
+        assert not project(layer, x, packed).any() and not layer(x).any()
+    assert packed.packed is None

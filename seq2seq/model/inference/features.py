@@ -1,0 +1,27 @@
+"""What a ``Seq2Seq`` has at inference besides its network, declared in one place.
+
+``Seq2Seq.inference`` holds them; whatever prepares a model for inference sets these fields
+and nothing else on it (``compute.prepare``, ``compiled.enable``, ``Translator``'s
+shortlist), so every reader finds them where they are declared. None of it is a weight:
+state dicts, exports and training never see it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from seq2seq.model.inference.compiled import CompiledStep
+from seq2seq.model.inference.packed import PackedProjection
+from seq2seq.model.inference.shortlist import Shortlist
+from seq2seq.model.inference.step import StepPlan
+
+
+@dataclass
+class Inference:
+    """A model's inference features (plain attributes: reading one per step costs nothing)."""
+
+    compute_type: str = "float32"  # how the linear layers multiply (compute.prepare)
+    step_plan: StepPlan = field(default_factory=StepPlan)  # the one-token step's linears
+    packed_output: PackedProjection = field(default_factory=PackedProjection)  # not a weight
+    compiled_step: CompiledStep | None = None  # --compile (compiled.enable)
+    shortlist: Shortlist | None = None  # decode over each batch's candidates (shortlist.py)
