@@ -13,6 +13,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from seq2seq.documents.align import Aligned, project_point, project_range
 from seq2seq.text.segment import spacer
@@ -33,6 +34,7 @@ class _Node:
     children: list = field(default_factory=list)
     point: bool = False
     glue: str = ""  # a point's spacing in the source: "left" (to the word before), "free"
+    edges: tuple[str, str] = ("", "")  # the spaces the element held before and after its words
 
 
 def match(items) -> dict[int, int]:
@@ -70,22 +72,43 @@ def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
     """Translation units: the sentences (what is between them, the segmenter's gaps, is kept
     as it is: spaces, list markers, symbols), joined where an element starts or ends inside
     one sentence and reaches out of it (into another, or into a gap: then the unit takes in
-    the element's whole text, so that its tags still nest)."""
-    out = [list(_trim(text, s, e)) for s, e in sorted(spans)]
-    out = [u for u in out if u[0] < u[1]]
-    todo = sorted(ranges)
-    while True:
-        ends, begins = [u[1] for u in out], [u[0] for u in out]
-        for a, b in todo:
-            first, last = bisect_right(ends, a), bisect_left(begins, b) - 1
-            if last < first or (a <= out[first][0] and b >= out[last][1]):
-                continue  # no unit inside, or around whole units: kept where it is
-            joined = [min(a, out[first][0]), max(b, out[last][1])]
-            if last > first or joined != out[first]:
-                out[first:last + 1] = [joined]
-                break
+    the element's whole text, so that its tags still nest). ``ranges`` (the elements' text)
+    nest or are disjoint, as elements do. One sweep in order of start, each unit joined at
+    most once: 10,000 spans each across a sentence boundary are one unit, found in linear
+    time, not by a pass per join."""
+    sentences = [u for u in (_trim(text, s, e) for s, e in spans) if u[0] < u[1]]
+    out: list[list[int]] = []
+    waiting: list[tuple[int, int]] = []  # (end, start) of elements begun in a gap: a heap
+    for start, kind, end in sorted([(s, 0, e) for s, e in sentences] + [(a, 1, b) for a, b in ranges]):
+        if out and out[-1][0] <= start and end <= out[-1][1]:
+            continue  # inside the last unit (a sentence in it: one an element ran over)
+        if kind == 0 and out and start < out[-1][1]:
+            _grow(out, waiting, end)
+        elif kind == 0:
+            while waiting and waiting[0][0] <= start:
+                heappop(waiting)  # ended in a gap: around whole units, or around none
+            out.append([start, end])
+            _grow(out, waiting, end)
+        elif out and out[-1][0] < start < out[-1][1]:
+            _grow(out, waiting, end)  # begins inside the last unit, ends after it
         else:
-            return out
+            heappush(waiting, (end, start))
+    return out
+
+
+def _grow(out: list[list[int]], waiting: list[tuple[int, int]], end: int) -> None:
+    """The last unit reaches to ``end``; an element begun before it (in a gap, or at its
+    start) that ends inside it joins it with the units in between, from the element's start."""
+    out[-1][1] = max(out[-1][1], end)
+    lo = None
+    while waiting and waiting[0][0] < out[-1][1]:
+        a = heappop(waiting)[1]
+        lo = a if lo is None else min(lo, a)
+    if lo is not None:
+        stop = out[-1][1]
+        while out and out[-1][1] > lo:
+            lo = min(lo, out.pop()[0])
+        out.append([lo, stop])
 
 
 _REFERENCE = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
@@ -221,7 +244,9 @@ class Run:
                 a, b = _trim(self.text, self.pos[k], self.pos[self.pairs[k]])
                 got = project_range(al, a - s, b - s)
                 at = project_point(al, a - s, e - s)
-                node = _Node(k, self.pairs[k], *(got or (at, at)))
+                node = _Node(k, self.pairs[k], *(got and _outside(self.text, (s, e), (a, b),
+                                                                  al.text, got) or (at, at)))
+                node.edges = (self.text[self.pos[k]:a], self.text[b:self.pos[self.pairs[k]]])
                 stack[-1].children.append(node)
                 stack.append(node)
                 closing.append(self.pairs[k])
@@ -261,7 +286,37 @@ def _settle(text: str, kids: list[_Node]) -> list[_Node]:
         x, y = max(free, key=lambda p: p[1] - p[0], default=(n.start, n.start))
         n.start, n.end = (x, y) if x < y else (n.start, n.start)
         taken.append((n.start, n.end))
+    for n in kids:  # the spaces an element held at its edges, where the target has them
+        lead, trail = n.edges if not n.point and n.start < n.end else ("", "")
+        for ch in reversed(lead):
+            if n.start == 0 or text[n.start - 1] != ch:
+                break
+            n.start -= 1
+        for ch in trail:
+            if n.end == len(text) or text[n.end] != ch:
+                break
+            n.end += 1
     return sorted(kids, key=lambda n: n.start)
+
+
+def _mark(ch: str) -> bool:
+    return not ch.isalnum() and not ch.isspace()
+
+
+def _outside(source: str, unit: tuple[int, int], words: tuple[int, int], target: str,
+             got: tuple[int, int]) -> tuple[int, int]:
+    """``got``, the target words of an element whose words are ``source[a:b]`` (in the
+    sentence ``unit``), without the punctuation at its edges where the source had
+    punctuation just outside those words (``<a>Park</a>.``: the full stop stays after the
+    link, whether a target word carried it or the model aligned it there)."""
+    (s, e), (a, b), (x, y) = unit, words, got
+    if b < e and _mark(source[b]) and not _mark(source[b - 1]):
+        while y > x and _mark(target[y - 1]):
+            y -= 1
+    if a > s and _mark(source[a - 1]) and not _mark(source[a]):
+        while x < y and _mark(target[x]):
+            x += 1
+    return (x, y) if x < y else got
 
 
 def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,20 +41,38 @@ NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 class Loose:
-    """Writes text outside runs where a format allows it: appended at the end of ``parent``
-    (its text, or its last child's tail). A format with its own spelling of spaces or tabs
-    (OpenDocument's ``text:s``) subclasses it; one instance writes one paragraph."""
+    """Writes text outside runs where a format allows it: at the end of ``parent`` (its
+    text, or its last child's tail). A format with its own spelling of spaces or tabs
+    (OpenDocument's ``text:s``) subclasses it; one instance writes one paragraph. Text is
+    gathered and set once per place (a tail added to piece by piece is copied each time:
+    quadratic for a paragraph of 10,000 spans)."""
+
+    def __init__(self):
+        self._parent, self._texts = None, []
 
     def text(self, parent, text: str) -> None:
-        if len(parent):
-            parent[-1].tail = (parent[-1].tail or "") + text
-        else:
-            parent.text = (parent.text or "") + text
+        if parent is not self._parent:
+            self.flush()
+            self._parent = parent
+        self._texts.append(text)
 
     def element(self, parent, el) -> None:
         """``el`` appended after what is written (its tail was read as text: cleared)."""
+        self.flush()
         el.tail = None
         parent.append(el)
+
+    def flush(self) -> None:
+        text, parent = "".join(self._texts), self._parent
+        self._parent, self._texts = None, []
+        if not text:
+            return
+        try:
+            last = parent[-1]  # not len(parent): lxml counts the children
+        except IndexError:
+            parent.text = (parent.text or "") + text
+        else:
+            last.tail = (last.tail or "") + text
 
 
 @dataclass(frozen=True)
@@ -87,8 +106,9 @@ class _Item:  # what inline.Run reads
 
 
 def _cut(text: str, lo: int, edges: list[int]) -> list[str]:
-    """``text`` (at offset ``lo``) cut at the ``edges`` inside it."""
-    cuts = [0, *(x - lo for x in edges if lo < x < lo + len(text)), len(text)]
+    """``text`` (at offset ``lo``) cut at the ``edges`` (sorted) inside it."""
+    inside = edges[bisect_right(edges, lo):bisect_left(edges, lo + len(text))]
+    cuts = [0, *(x - lo for x in inside), len(text)]
     return [text[a:b] for a, b in zip(cuts, cuts[1:]) if a < b] or [text]
 
 
@@ -176,6 +196,8 @@ class Paragraph:
             else:
                 _structure(levels, item.kind, entry)
         levels[0].flush()
+        if loose:
+            loose.flush()
         for written in levels[0].written:
             written.finish(fmt.write)
 
@@ -213,7 +235,8 @@ class _Level:
     def start_run(self, entry: Entry, piece: str) -> _Written:
         source = entry.els[0]
         if self.last is not None and self.pending:
-            self._share(self.fmt.weight(self.last.source) <= self.fmt.weight(source))
+            self._share(self.fmt.weight(self.last.source) <= self.fmt.weight(source),
+                        len(piece) - len(piece.lstrip()))
         if self.loose and self.pending:
             self._write_loose()
         if self.last is None or self.last.source is not source:
@@ -223,10 +246,12 @@ class _Level:
         self.pending = ""
         return self.last
 
-    def _share(self, words_before: bool) -> None:
+    def _share(self, words_before: bool, head: int | None = None) -> None:
         """The run before takes its part of the loose text: the words in it when it is the
         plainer of the two (what no run claimed wears the least formatting), then as many
-        spaces as its source text ended with; the next run takes the rest."""
+        spaces as its source text ended with; the next run takes the rest, but of spaces
+        alone only as many as its source began with (``head``, where a run is next), the
+        plainer run the others (not a link's leading space)."""
         body = len(self.pending.rstrip())
         k = 0
         if self.pending[:body].strip() and words_before:
@@ -234,10 +259,14 @@ class _Level:
         stop = k + self.last.tail_spaces
         while k < min(stop, len(self.pending)) and self.pending[k].isspace():
             k += 1
+        if head is not None and words_before and not self.pending[k:].strip():
+            k = max(k, len(self.pending) - head)
         self.last.texts.append(self.pending[:k])
         self.pending = self.pending[k:]
 
     def _new(self, source, was: str | None) -> None:
+        if self.loose:
+            self.loose.flush()  # the text before it
         self.last = _Written(source, copy.deepcopy(source), was)
         self.parent.append(self.last.el)
         self.written.append(self.last)
@@ -247,9 +276,14 @@ class _Level:
         self.pending = ""
 
     def flush(self) -> None:
+        """The loose text at the end: to the run before, but words only when it is no more
+        formatted than the plainest run (``Park</a>.``: the full stop not into the link);
+        else to a copy of the plainest run."""
         if self.pending and self.last is None and self.loose:
             self._write_loose()
-        if self.pending and self.last is None:
+        if self.pending and self.last is not None:
+            self._share(self.fmt.weight(self.last.source) <= self.fmt.weight(self.fallback))
+        if self.pending and (self.last is None or self.pending.strip()):
             self._new(self.fallback, None)
         if self.pending:
             self.last.texts.append(self.pending)
