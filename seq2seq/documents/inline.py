@@ -212,9 +212,9 @@ class Run:
             elif unit not in done:  # stray text kept, before or after the unit's translation
                 done.add(unit)
                 s, e = self.units[unit]
-                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if y <= s]
-                self._render_unit(unit, translations[unit], out)
-                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if x >= e]
+                edges = ("".join(self.text[x:y] for x, y in stray.get(unit, []) if y <= s),
+                         "".join(self.text[x:y] for x, y in stray.get(unit, []) if x >= e))
+                self._render_unit(unit, translations[unit], edges, out)
                 out.append(self._space(unit, translations))
         return [t for t in out if t != ""]
 
@@ -233,9 +233,13 @@ class Run:
         after = x == len(self.text) or self.text[x].isspace()
         return "free" if before and after else "left" if after else ""
 
-    def _render_unit(self, unit: int, al: Aligned, out: list) -> None:
+    def _render_unit(self, unit: int, al: Aligned, stray: tuple[str, str], out: list) -> None:
+        """The unit's translation with its elements placed; ``stray``, the source text just
+        before and after the unit among its elements (spaces at an element's edge, which
+        stay inside the element where they were: :func:`_settle`), around it."""
         s, e = self.units[unit]
-        root = _Node(start=0, end=len(al.text))
+        text, shift = stray[0] + al.text + stray[1], len(stray[0])
+        root = _Node(start=0, end=len(text))
         stack, members = [root], set(self._members[unit])
         closing: list[int] = []  # the close item of each open node on the stack
         for k in sorted(members):
@@ -243,9 +247,9 @@ class Run:
             if k in self.pairs and self.pairs[k] in members:
                 a, b = _trim(self.text, self.pos[k], self.pos[self.pairs[k]])
                 got = project_range(al, a - s, b - s)
-                at = project_point(al, a - s, e - s)
-                node = _Node(k, self.pairs[k], *(got and _outside(self.text, (s, e), (a, b),
-                                                                  al.text, got) or (at, at)))
+                got = got and _outside(self.text, (s, e), (a, b), text, (got[0] + shift, got[1] + shift))
+                at = project_point(al, a - s, e - s) + shift
+                node = _Node(k, self.pairs[k], *(got or (at, at)))
                 node.edges = (self.text[self.pos[k]:a], self.text[b:self.pos[self.pairs[k]]])
                 stack[-1].children.append(node)
                 stack.append(node)
@@ -255,9 +259,9 @@ class Run:
                 closing.pop()
             elif it.kind != "text":
                 x = min(max(self.pos[k] - s, 0), e - s)
-                stack[-1].children.append(_Node(k, start=project_point(al, x, e - s),
+                stack[-1].children.append(_Node(k, start=project_point(al, x, e - s) + shift,
                                                 point=True, glue=self._glue(s + x)))
-        _emit(al.text, root.children, 0, len(al.text), out)
+        _emit(text, root.children, 0, len(text), out)
 
 
 # The model's own output may hold character references: its training text does ("&amp;" is
@@ -286,17 +290,34 @@ def _settle(text: str, kids: list[_Node]) -> list[_Node]:
         x, y = max(free, key=lambda p: p[1] - p[0], default=(n.start, n.start))
         n.start, n.end = (x, y) if x < y else (n.start, n.start)
         taken.append((n.start, n.end))
-    for n in kids:  # the spaces an element held at its edges, where the target has them
-        lead, trail = n.edges if not n.point and n.start < n.end else ("", "")
-        for ch in reversed(lead):
-            if n.start == 0 or text[n.start - 1] != ch:
-                break
-            n.start -= 1
-        for ch in trail:
-            if n.end == len(text) or text[n.end] != ch:
-                break
-            n.end += 1
-    return sorted(kids, key=lambda n: n.start)
+    for n in kids:
+        _widen(text, n)
+    return sorted(kids, key=lambda n: _glued(text, n.start, n.glue, 0))  # stable: ties in source order
+
+
+def _widen(text: str, n: _Node) -> None:
+    """An element takes back the spaces it held at its edges (``<b>Hund </b>``,
+    ``&nbsp;``), where the target has those same characters beside its words."""
+    lead, trail = n.edges if not n.point and n.start < n.end else ("", "")
+    for ch in reversed(lead):
+        if n.start == 0 or text[n.start - 1] != ch:
+            break
+        n.start -= 1
+    for ch in trail:
+        if n.end == len(text) or text[n.end] != ch:
+            break
+        n.end += 1
+
+
+def _glued(text: str, start: int, glue: str, lo: int) -> int:
+    """Where a point goes (not before ``lo``): back to the end of the word before when it
+    was glued to it, and one space on when it stood "free" between words."""
+    if not glue:
+        return start
+    back = start
+    while back > lo and text[back - 1].isspace():
+        back -= 1
+    return back + (glue == "free" and back < start)
 
 
 def _mark(ch: str) -> bool:
@@ -306,15 +327,18 @@ def _mark(ch: str) -> bool:
 def _outside(source: str, unit: tuple[int, int], words: tuple[int, int], target: str,
              got: tuple[int, int]) -> tuple[int, int]:
     """``got``, the target words of an element whose words are ``source[a:b]`` (in the
-    sentence ``unit``), without the punctuation at its edges where the source had
-    punctuation just outside those words (``<a>Park</a>.``: the full stop stays after the
-    link, whether a target word carried it or the model aligned it there)."""
+    sentence ``unit``), cut where the element's edge cut a word from its punctuation in
+    the source: ``<a>Park</a>.`` keeps the full stop out of the link and ``Park<b>.</b>``
+    keeps the word out of the bold, whether a target word carried both or the model
+    aligned them together (an alignment's words are whole: ``align.snap``)."""
     (s, e), (a, b), (x, y) = unit, words, got
-    if b < e and _mark(source[b]) and not _mark(source[b - 1]):
-        while y > x and _mark(target[y - 1]):
+    if b < e and _mark(source[b - 1]) != _mark(source[b]) and not source[b].isspace():
+        keep = _mark(source[b - 1])
+        while y > x and not target[y - 1].isspace() and _mark(target[y - 1]) != keep:
             y -= 1
-    if a > s and _mark(source[a - 1]) and not _mark(source[a]):
-        while x < y and _mark(target[x]):
+    if a > s and _mark(source[a - 1]) != _mark(source[a]) and not source[a - 1].isspace():
+        keep = _mark(source[a])
+        while x < y and not target[x].isspace() and _mark(target[x]) != keep:
             x += 1
     return (x, y) if x < y else got
 
@@ -333,12 +357,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None
             continue
         c = kids[k]
         frame[1] += 1
-        start = min(max(c.start, cursor), end)
-        if c.glue:  # back to the end of the word before ("free": and one space on)
-            back = start
-            while back > cursor and text[back - 1].isspace():
-                back -= 1
-            start = back + (c.glue == "free" and back < start)
+        start = _glued(text, min(max(c.start, cursor), end), c.glue, cursor)
         out += [text[cursor:start], c.open]
         if c.point:
             if c.glue == "free" and start < end and not text[start].isspace():

@@ -2,11 +2,13 @@
 ``content.xml`` (and ``styles.xml``'s page headers and footers).
 
 Every ``text:p`` and ``text:h`` is a paragraph: in text frames, tables, lists, notes,
-slides and speaker notes alike. Inside one, ``text:span`` and ``text:a`` hold runs (their
-formatting and links follow their words through the alignment); ``text:s`` (spaces),
-``text:tab`` and ``text:line-break`` are part of a run's text and written back as such;
-anything else (fields, bookmarks, frames, notes) stays where it is, untranslated, and the
-paragraphs inside it are translated on their own. Comments (``office:annotation``) and
+slides and speaker notes alike, read as inline markup by the rule Word's paragraphs follow
+(:mod:`seq2seq.documents.runs`): ``text:span`` and ``text:a`` are elements around their
+words, carried by the alignment (a link keeps its words, a bold word's translation is
+bold), and the text outside them is written where it falls. ``text:s`` (spaces),
+``text:tab`` and ``text:line-break`` are text, written back as the paragraph spelled them
+(:class:`_Spelling`); anything else (fields, bookmarks, frames, notes) is a point, kept
+untranslated, and the paragraphs inside it are translated on their own. Comments (``office:annotation``) and
 tracked deletions are never translated. With a target language, the document's
 ``dc:language`` says it, and styles in the source language (``fo:language``) are set to it.
 """

@@ -27,7 +27,6 @@ is bold, a link keeps its words inside it. The paragraph is then rebuilt from
 from __future__ import annotations
 
 import copy
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,9 +34,7 @@ from typing import Any
 
 from seq2seq.documents.align import Aligned
 from seq2seq.documents.inline import Run, Splitter, units
-
-# Characters XML 1.0 cannot hold (lxml refuses them): never written into a part.
-NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+from seq2seq.documents.package import NOT_XML
 
 
 class Loose:
@@ -212,6 +209,15 @@ class _Written:
     tail_spaces: int = 0  # spaces its last source piece ended with (loose spaces it takes)
     texts: list[str] = field(default_factory=list)
 
+    def trailing_spaces(self) -> int:
+        """The spaces its text ends with so far (its own edge, ``inline._widen``)."""
+        n = 0
+        for text in reversed(self.texts):
+            n += len(text) - len(text.rstrip())
+            if text.strip():
+                break
+        return n
+
     def finish(self, write) -> None:
         text = NOT_XML.sub("", "".join(self.texts))
         if not text and self.was:  # its words all went into other runs
@@ -248,15 +254,15 @@ class _Level:
 
     def _share(self, words_before: bool, head: int | None = None) -> None:
         """The run before takes its part of the loose text: the words in it when it is the
-        plainer of the two (what no run claimed wears the least formatting), then as many
-        spaces as its source text ended with; the next run takes the rest, but of spaces
-        alone only as many as its source began with (``head``, where a run is next), the
-        plainer run the others (not a link's leading space)."""
+        plainer of the two (what no run claimed wears the least formatting), then the
+        spaces its source text ended with that it lacks; the next run takes the rest, but
+        of spaces alone only as many as its source began with (``head``, where a run is
+        next), the plainer run the others (not a link's leading space)."""
         body = len(self.pending.rstrip())
         k = 0
         if self.pending[:body].strip() and words_before:
             k = body
-        stop = k + self.last.tail_spaces
+        stop = k + max(0, self.last.tail_spaces - self.last.trailing_spaces())
         while k < min(stop, len(self.pending)) and self.pending[k].isspace():
             k += 1
         if head is not None and words_before and not self.pending[k:].strip():
