@@ -254,13 +254,15 @@ class _Level:
 
     def _share(self, words_before: bool, head: int | None = None) -> None:
         """The run before takes its part of the loose text: the words in it when it is the
-        plainer of the two (what no run claimed wears the least formatting), then the
+        plainer of the two (what no run claimed wears the least formatting) and not in a
+        container closed since (``Park</a>.``: the full stop stays out of the link), then the
         spaces its source text ended with that it lacks; the next run takes the rest, but
         of spaces alone only as many as its source began with (``head``, where a run is
         next), the plainer run the others (not a link's leading space)."""
         body = len(self.pending.rstrip())
         k = 0
-        if self.pending[:body].strip() and words_before:
+        outside = self.last.el.getparent() is not self.parent  # in a container: no words
+        if self.pending[:body].strip() and words_before and not outside:
             k = body
         stop = k + max(0, self.last.tail_spaces - self.last.trailing_spaces())
         while k < min(stop, len(self.pending)) and self.pending[k].isspace():
@@ -324,10 +326,14 @@ def _structure(levels: list[_Level], kind: str, entry: Entry) -> None:
                 shell.remove(child)
             if level.loose:  # its text was read as text
                 shell.text = None
+        before = level.last
         level.put([shell] if entry.box else entry.els)
+        if before is not None and not level.pending.strip():  # spaces no run claimed (an
+            before.texts.append(level.pending)  # element's own are inside it: inline._widen)
+            level.pending = ""
         inner = _Level(shell if entry.box else level.parent, level.fallback, level.fmt,
                        level.loose, written=level.written)
-        inner.pending, level.pending = level.pending, ""  # the spaces its first run began with
+        inner.pending, level.pending = level.pending, ""  # text before its first run
         levels.append(inner)
     else:
         inner = levels.pop()

@@ -223,19 +223,22 @@ FIELD = '<a:fld id="{B6F15528-21DE-4FAA-801E-634DDDAF4B2B}" type="slidenum"><a:r
 def slide_paragraph(draw) -> str:
     """An ``a:p``'s content: each stretch one run or two (cut after its first word), with
     some formatting; a line break or a field between stretches now and then (tabs and line
-    breaks inside a stretch are spaces here: PowerPoint's runs hold no tab)."""
-    out, props = ['<a:pPr algn="ctr"/>'] if draw(st.booleans()) else [], RUN_PROPS[0]
+    breaks inside a stretch are spaces here: PowerPoint's runs hold no tab). A full stop cut
+    from its word stays in the word's run (see ``odf_paragraph``)."""
+    out: list = ['<a:pPr algn="ctr"/>'] if draw(st.booleans()) else []
     for text in draw(stretches()):
         text = re.sub(r"[\t\n]", " ", text)
-        extra = draw(st.sampled_from(["", "", "", "br", "field"])) if text[0] != "." else ""
+        if text.startswith(".") and out and isinstance(out[-1], list):
+            out[-1][1] += text
+            continue
+        extra = draw(st.sampled_from(["", "", "", "br", "field"]))
         if extra:
             out.append('<a:br><a:rPr lang="de-DE"/></a:br>' if extra == "br" else FIELD)
         cut = text.find(" ", len(text) - len(text.lstrip()))
         pieces = [text[:cut + 1], text[cut + 1:]] if 0 < cut < len(text) - 1 and draw(st.booleans()) else [text]
-        for t in pieces:  # a full stop cut from its word: formatted as the word (see above)
-            props = props if t.startswith(".") else draw(st.sampled_from(RUN_PROPS))
-            out.append(f"<a:r>{props}<a:t>{t}</a:t></a:r>")
-    return "".join(out) + '<a:endParaRPr lang="de-DE"/>'
+        out += [[draw(st.sampled_from(RUN_PROPS)), t] for t in pieces]
+    return "".join(f"<a:r>{x[0]}<a:t>{x[1]}</a:t></a:r>" if isinstance(x, list) else x
+                   for x in out) + '<a:endParaRPr lang="de-DE"/>'
 
 
 SLIDE = "ppt/slides/slide1.xml"
