@@ -15,8 +15,9 @@ is bold, a link keeps its words inside it. The paragraph is then rebuilt from
   run that stay together come back as one copy of it, its text set by the format.
 - Text the alignment gives to no run (spaces between runs, a word aligned nowhere) goes to
   a neighbour: the run before takes as many spaces as its source text ended with, the next
-  run the rest; words go to the less formatted of the two. A run whose words all went into
-  other runs is dropped, not left empty. In a format whose text may stand outside runs
+  run the rest; words go to the less formatted of the two, never into a container from
+  outside it. A run or container whose words all went elsewhere (or were aligned to
+  nothing) is dropped, not left empty. In a format whose text may stand outside runs
   (OpenDocument), text is written where it falls instead, by the format's writer.
 - A point that ends a line (``brk``) ends every sentence there: the text on each side is
   cut into sentences on its own.
@@ -92,6 +93,7 @@ class Entry:
     box: bool = False  # an open whose element holds its runs (not a field's marks)
     text: str = ""
     brk: bool = False  # a point that ends a line: no sentence runs over it
+    words: bool = False  # an open whose element holds words (left empty, it is dropped)
 
 
 @dataclass
@@ -141,21 +143,23 @@ class Paragraph:
     @staticmethod
     def _units(entries: list[Entry], text: str, split: Splitter) -> list[tuple[int, int]]:
         """The sentence units, each line (between ``brk`` points) cut on its own; a
-        container or field across a sentence boundary joins them."""
+        container or field across a sentence boundary joins them. Marks each container
+        that holds words (``Entry.words``)."""
         if not text.strip():
             return []
         ranges, opened, lines, at = [], {}, [0], 0
         for e in entries:
             if e.kind == "open":
-                opened[e.tag] = at
+                opened[e.tag] = (at, e)
             elif e.kind == "close":
-                a, b = opened[e.tag], at
+                (a, start), b = opened[e.tag], at
                 while a < b and text[a].isspace():
                     a += 1
                 while b > a and text[b - 1].isspace():
                     b -= 1
                 if a < b:
                     ranges.append((a, b))
+                    start.words = True
             elif e.brk:
                 lines.append(at)
             at += len(e.text)
@@ -197,6 +201,9 @@ class Paragraph:
             loose.flush()
         for written in levels[0].written:
             written.finish(fmt.write)
+        for shell in reversed(levels[0].shells):  # inner ones first (held words in the source)
+            if not len(shell) and not shell.text:
+                _drop(shell)
 
 
 @dataclass
@@ -237,6 +244,7 @@ class _Level:
     last: _Written | None = None
     pending: str = ""  # text given to no run yet
     written: list[_Written] = field(default_factory=list)  # shared by a paragraph's levels
+    shells: list = field(default_factory=list)  # containers' copies, shared too
 
     def start_run(self, entry: Entry, piece: str) -> _Written:
         source = entry.els[0]
@@ -326,13 +334,15 @@ def _structure(levels: list[_Level], kind: str, entry: Entry) -> None:
                 shell.remove(child)
             if level.loose:  # its text was read as text
                 shell.text = None
+            if entry.words:
+                level.shells.append(shell)
         before = level.last
         level.put([shell] if entry.box else entry.els)
         if before is not None and not level.pending.strip():  # spaces no run claimed (an
             before.texts.append(level.pending)  # element's own are inside it: inline._widen)
             level.pending = ""
         inner = _Level(shell if entry.box else level.parent, level.fallback, level.fmt,
-                       level.loose, written=level.written)
+                       level.loose, written=level.written, shells=level.shells)
         inner.pending, level.pending = level.pending, ""  # text before its first run
         levels.append(inner)
     else:
@@ -340,3 +350,14 @@ def _structure(levels: list[_Level], kind: str, entry: Entry) -> None:
         inner.flush()
         levels[-1].put(entry.els)
         levels[-1].last = inner.last  # the spaces its last run ended with come after it
+
+
+def _drop(el) -> None:
+    """A container left empty (its words all went elsewhere, or none was aligned to it)
+    taken out, as a run is; the text after it stays."""
+    parent, before = el.getparent(), el.getprevious()
+    if el.tail and before is not None:
+        before.tail = (before.tail or "") + el.tail
+    elif el.tail:
+        parent.text = (parent.text or "") + el.tail
+    parent.remove(el)

@@ -207,9 +207,23 @@ def test_odf_identity_upper_and_moved_words_keep_every_span_and_link(kind, parag
     # keeps its longest stretch where a sibling is in the way): every word and point is back
     got = translate_document(data, name, shuffled(rng), split=split)
     assert _bare(_odf_words(got)) == _bare(_odf_words(data))
+    root = etree.fromstring(_part(got, "content.xml"))
+    assert all("".join(el.itertext()).strip() for el in root.iter(T + "span", T + "a"))
     points = [[el.tag for el in etree.fromstring(_part(d, "content.xml")).iter()
                if el.tag in (T + "bookmark", T + "page-number")] for d in (data, got)]
     assert points[0] == points[1]
+
+
+def test_a_span_whose_words_went_nowhere_is_taken_out_and_an_empty_one_stays():
+    from seq2seq.documents.align import Aligned
+
+    def without_park(sentences):  # "Park" aligned to nothing, as a model may leave a word
+        return [Aligned(s.replace("Park", "Feld"), [(*m.span(), *m.span()) for m in re.finditer(r"\S+", s)
+                                                    if m.group() != "Park"]) for s in sentences]
+
+    data = odf_document(".odt", ['Im <text:a xlink:href="x">Park</text:a> ist es <text:span/>schön.'])
+    got = _part(translate_document(data, "a.odt", without_park, split=split), "content.xml")
+    assert b"<text:p>Im Feld ist es <text:span/>sch\xc3\xb6n.</text:p>" in got
 
 
 # ---------------------------------------------------------------- PowerPoint
