@@ -131,6 +131,43 @@ def docx_with(part: str, xml: bytes | None) -> bytes:
 
 
 # ---------------------------------------------------------------- exports
+def package(entries: dict[str, str | bytes], mimetype: str | None = None) -> bytes:
+    """A zip of ``entries`` (name -> body), the ``mimetype`` entry first and stored."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        if mimetype:
+            z.writestr(zipfile.ZipInfo("mimetype"), mimetype, zipfile.ZIP_STORED)
+        for name, body in entries.items():
+            z.writestr(name, body)
+    return out.getvalue()
+
+
+ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+          'xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0" '
+          'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+          'xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:xlink="http://www.w3.org/1999/xlink"')
+
+
+def slides_package(*paragraphs: str) -> bytes:
+    """The least .pptx the reader takes: one slide holding ``paragraphs`` (each the
+    content of an ``a:p``)."""
+    p, a = ("http://schemas.openxmlformats.org/presentationml/2006/main",
+            "http://schemas.openxmlformats.org/drawingml/2006/main")
+    r = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    kind = "application/vnd.openxmlformats-officedocument.presentationml."
+    types = ('<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+             f'<Override PartName="/ppt/presentation.xml" ContentType="{kind}presentation.main+xml"/>'
+             f'<Override PartName="/ppt/slides/slide1.xml" ContentType="{kind}slide+xml"/></Types>')
+    body = "".join(f"<a:p>{x}</a:p>" for x in paragraphs)
+    return package({"[Content_Types].xml": types, "ppt/presentation.xml": f'<p:presentation xmlns:p="{p}"/>',
+                    "ppt/slides/slide1.xml": f'<p:sld xmlns:p="{p}" xmlns:a="{a}" xmlns:r="{r}">{body}</p:sld>'})
+
+
 def needs(package: str):
     """The package, or skip: fixtures call it before any export runs, so a missing
     package skips the test instead of failing it with ModuleNotFoundError."""

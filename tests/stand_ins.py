@@ -7,7 +7,8 @@ right place to land:
 - ``identity``: the sentence itself; every document must come back unchanged.
 - ``upper``: the sentence uppercased; every run's words keep their formatting.
 - ``reverse_words``: the words in reverse order; formatting follows each word to its new
-  place (a run of several words may then cover words between them).
+  place (a run of several words may then cover words between them); ``shuffled(rng)``,
+  in any order a random generator draws.
 - ``Fake``: each sentence as is (or its tokens reversed), aligned token to token, recording
   what it was asked; ``split``: sentences that end at a full stop.
 """
@@ -52,13 +53,24 @@ def _word_by_word(sentence: str, change) -> Aligned:
 
 
 def reverse_words(sentences: list[str]) -> list[Aligned]:
-    done = []
-    for s in sentences:
-        words = WORD.findall(s)
-        text = " ".join(reversed(words))
-        spans = [m.span() for m in WORD.finditer(text)]
-        done.append(Aligned(text, _word_links(s, spans, list(range(len(words)))[::-1])))
-    return done
+    return [_reordered(s, lambda order: order[::-1]) for s in sentences]
+
+
+def _reordered(sentence: str, reorder) -> Aligned:
+    """The words of ``sentence`` in the order ``reorder`` gives their indices, one space
+    between them, each linked to its source word."""
+    words = WORD.findall(sentence)
+    order = reorder(list(range(len(words))))
+    text = " ".join(words[k] for k in order)
+    spans = [m.span() for m in WORD.finditer(text)]
+    return Aligned(text, _word_links(sentence, spans, order))
+
+
+def shuffled(rng):
+    """A translator that puts each sentence's words in an order ``rng`` (a
+    :class:`random.Random`) draws: formatting follows each word wherever it lands."""
+    return lambda sentences: [_reordered(s, lambda order: rng.sample(order, len(order)))
+                              for s in sentences]
 
 
 TRANSLATORS = {"identity": identity, "upper": upper, "reverse_words": reverse_words}

@@ -31,7 +31,7 @@ from seq2seq.documents.package import (
     rebuild,
     serialize,
 )
-from seq2seq.documents.slots import Paragraphs, one_batch, text_slot
+from seq2seq.documents.slots import Texts, one_batch
 
 OPF = "{http://www.idpf.org/2007/opf}"
 NCX = "{http://www.daisy.org/z3986/2005/ncx/}"
@@ -106,7 +106,7 @@ def translate_epub(data: bytes, name: str, translate: SentenceTranslator, split:
         pages = [Page(decode_text(read_part(z, d, name, ".epub"), f"{name}: {d}"), split, lang,
                       target_lang) for d in docs]
     titles = _titles(trees, opf, ncx)
-    done = one_batch([*pages, Paragraphs([[text_slot(t)] for t in titles], split)], translate)
+    done = one_batch([*pages, Texts(titles, split)], translate)
     changed = {d: xml_references(text).encode() for d, text in zip(docs, done)}
     meta = [opf, *([ncx] if ncx else [])]
     if target_lang:

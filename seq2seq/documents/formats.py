@@ -1,5 +1,5 @@
-"""Plain text and subtitles, translated with their structure kept (Word documents:
-:mod:`seq2seq.documents.word`).
+"""Plain text and subtitles, translated with their structure kept (documents with runs of
+formatting: :mod:`seq2seq.documents.runs`).
 
 Each format gathers every sentence of the document first and makes one ``translate`` call
 (one batch), then writes the translations back where the sentences were:
@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from seq2seq.documents.align import Aligned, SentenceTranslator, project_range
+from seq2seq.documents.align import Aligned, SentenceTranslator
 from seq2seq.documents.inline import Splitter, units
 from seq2seq.documents.package import DocumentError
 from seq2seq.fields import FieldError
@@ -38,19 +38,23 @@ def _translate_units(texts, plans, translate: SentenceTranslator) -> list[list[A
     return [[next(done) for _ in plan] for plan in plans]
 
 
+def joined(text: str, plan: list[tuple[int, int]], done: list[Aligned]) -> str:
+    """``text`` with its units ``plan`` replaced by their translations ``done``, the text
+    between them kept (between two that touch, ``spacer``'s space)."""
+    parts, cursor = [], 0
+    for k, ((s, e), al) in enumerate(zip(plan, done)):
+        touch = k and s == cursor  # no gap: a space between them, maybe (spacer)
+        parts += [spacer(text[plan[k - 1][0]:s], text[s:e], parts[-1], al.text) if touch
+                  else text[cursor:s], al.text]
+        cursor = e
+    return "".join(parts) + text[cursor:]
+
+
 def translate_texts(texts: list[str], translate: SentenceTranslator, split: Splitter) -> list[str]:
     """Each text with its sentences translated and the text between them kept."""
     plans = plan_texts(texts, split)
-    out = []
-    for text, plan, done in zip(texts, plans, _translate_units(texts, plans, translate)):
-        parts, cursor = [], 0
-        for k, ((s, e), al) in enumerate(zip(plan, done)):
-            touch = k and s == cursor  # no gap: a space between them, maybe (spacer)
-            parts += [spacer(text[plan[k - 1][0]:s], text[s:e], parts[-1], al.text) if touch
-                      else text[cursor:s], al.text]
-            cursor = e
-        out.append("".join(parts) + text[cursor:])
-    return out
+    return [joined(text, plan, done)
+            for text, plan, done in zip(texts, plans, _translate_units(texts, plans, translate))]
 
 
 def decode_text(data: bytes, name: str) -> str:
@@ -140,57 +144,3 @@ def translate_srt(data: bytes, name: str, translate: SentenceTranslator, split: 
         text = rewrap(source, done)
         sub.content = m[0] + text + m[2] if m else text
     return encode_like(data, srt.compose(subs, reindex=False))
-
-
-# ---------------------------------------------------------------- runs by the alignment
-def _fill(owner: list[int | None], texts: list[str], first: int) -> None:
-    """Characters no run's words claimed (spaces, words aligned nowhere) go to a neighbour:
-    between two runs, to the earlier one if its source text ended in a space, else the later."""
-    i = 0
-    while i < len(owner):
-        if owner[i] is not None:
-            i += 1
-            continue
-        j = i
-        while j < len(owner) and owner[j] is None:
-            j += 1
-        before = owner[i - 1] if i else None
-        after = owner[j] if j < len(owner) else None
-        if before is None or after is None or before == after:
-            fill = before if before is not None else after if after is not None else first
-        else:
-            fill = before if texts[before][-1:].isspace() else after
-        owner[i:j] = [fill] * (j - i)
-        i = j
-
-
-def split_runs(texts: list[str], plan, done: list[Aligned]) -> list[str]:
-    """The runs' new texts: each sentence's translation cut where the alignment says each
-    run's words went, in run order (a run moved before an earlier one joins its text)."""
-    bounds = [0]
-    for t in texts:
-        bounds.append(bounds[-1] + len(t))
-    text, pieces, cursor = "".join(texts), [], 0
-
-    def source(lo, hi):  # text kept as is: each character stays in its run
-        for r, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            if max(a, lo) < min(b, hi):
-                pieces.append((r, text[max(a, lo):min(b, hi)]))
-
-    for (s, e), al in zip(plan, done):
-        source(cursor, s)
-        owner: list[int | None] = [None] * len(al.text)
-        for r, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            got = project_range(al, max(a, s) - s, min(b, e) - s) if max(a, s) < min(b, e) else None
-            for i in range(*(got or (0, 0))):
-                owner[i] = r if owner[i] is None else owner[i]
-        _fill(owner, texts, next((r for r, b in enumerate(bounds[1:]) if b > s), 0))
-        pieces += list(zip(owner, al.text))
-        cursor = e
-    source(cursor, len(text))
-    out: list[list[str]] = [[] for _ in texts]  # joined once: += on a list item copies
-    last = 0
-    for r, piece in pieces:
-        last = max(last, r)
-        out[last].append(piece)
-    return ["".join(run) for run in out]

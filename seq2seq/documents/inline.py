@@ -13,6 +13,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from seq2seq.documents.align import Aligned, project_point, project_range
 from seq2seq.translation.segment import spacer, strip_span
@@ -33,6 +34,7 @@ class _Node:
     children: list = field(default_factory=list)
     point: bool = False
     glue: str = ""  # a point's spacing in the source: "left" (to the word before), "free"
+    edges: tuple[str, str] = ("", "")  # the spaces the element held before and after its words
 
 
 def match(items) -> dict[int, int]:
@@ -62,22 +64,43 @@ def units(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
     """Translation units: the sentences (what is between them, the segmenter's gaps, is kept
     as it is: spaces, list markers, symbols), joined where an element starts or ends inside
     one sentence and reaches out of it (into another, or into a gap: then the unit takes in
-    the element's whole text, so that its tags still nest)."""
-    out = [list(strip_span(text, s, e)) for s, e in sorted(spans)]
-    out = [u for u in out if u[0] < u[1]]
-    todo = sorted(ranges)
-    while True:
-        ends, begins = [u[1] for u in out], [u[0] for u in out]
-        for a, b in todo:
-            first, last = bisect_right(ends, a), bisect_left(begins, b) - 1
-            if last < first or (a <= out[first][0] and b >= out[last][1]):
-                continue  # no unit inside, or around whole units: kept where it is
-            joined = [min(a, out[first][0]), max(b, out[last][1])]
-            if last > first or joined != out[first]:
-                out[first:last + 1] = [joined]
-                break
+    the element's whole text, so that its tags still nest). ``ranges`` (the elements' text)
+    nest or are disjoint, as elements do. One sweep in order of start, each unit joined at
+    most once: 10,000 spans each across a sentence boundary are one unit, found in linear
+    time, not by a pass per join."""
+    sentences = [u for u in (strip_span(text, s, e) for s, e in spans) if u[0] < u[1]]
+    out: list[list[int]] = []
+    waiting: list[tuple[int, int]] = []  # (end, start) of elements begun in a gap: a heap
+    for start, kind, end in sorted([(s, 0, e) for s, e in sentences] + [(a, 1, b) for a, b in ranges]):
+        if out and out[-1][0] <= start and end <= out[-1][1]:
+            continue  # inside the last unit (a sentence in it: one an element ran over)
+        if kind == 0 and out and start < out[-1][1]:
+            _grow(out, waiting, end)
+        elif kind == 0:
+            while waiting and waiting[0][0] <= start:
+                heappop(waiting)  # ended in a gap: around whole units, or around none
+            out.append([start, end])
+            _grow(out, waiting, end)
+        elif out and out[-1][0] < start < out[-1][1]:
+            _grow(out, waiting, end)  # begins inside the last unit, ends after it
         else:
-            return out
+            heappush(waiting, (end, start))
+    return out
+
+
+def _grow(out: list[list[int]], waiting: list[tuple[int, int]], end: int) -> None:
+    """The last unit reaches to ``end``; an element begun before it (in a gap, or at its
+    start) that ends inside it joins it with the units in between, from the element's start."""
+    out[-1][1] = max(out[-1][1], end)
+    lo = None
+    while waiting and waiting[0][0] < out[-1][1]:
+        a = heappop(waiting)[1]
+        lo = a if lo is None else min(lo, a)
+    if lo is not None:
+        stop = out[-1][1]
+        while out and out[-1][1] > lo:
+            lo = min(lo, out.pop()[0])
+        out.append([lo, stop])
 
 
 _REFERENCE = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
@@ -181,9 +204,9 @@ class Run:
             elif unit not in done:  # stray text kept, before or after the unit's translation
                 done.add(unit)
                 s, e = self.units[unit]
-                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if y <= s]
-                self._render_unit(unit, translations[unit], out)
-                out += [Kept(self.text[x:y]) for x, y in stray.get(unit, []) if x >= e]
+                edges = ("".join(self.text[x:y] for x, y in stray.get(unit, []) if y <= s),
+                         "".join(self.text[x:y] for x, y in stray.get(unit, []) if x >= e))
+                self._render_unit(unit, translations[unit], edges, out)
                 out.append(self._space(unit, translations))
         return [t for t in out if t != ""]
 
@@ -202,9 +225,13 @@ class Run:
         after = x == len(self.text) or self.text[x].isspace()
         return "free" if before and after else "left" if after else ""
 
-    def _render_unit(self, unit: int, al: Aligned, out: list) -> None:
+    def _render_unit(self, unit: int, al: Aligned, stray: tuple[str, str], out: list) -> None:
+        """The unit's translation with its elements placed; ``stray``, the source text just
+        before and after the unit among its elements (spaces at an element's edge, which
+        stay inside the element where they were: :func:`_settle`), around it."""
         s, e = self.units[unit]
-        root = _Node(start=0, end=len(al.text))
+        text, shift = stray[0] + al.text + stray[1], len(stray[0])
+        root = _Node(start=0, end=len(text))
         stack, members = [root], set(self._members[unit])
         closing: list[int] = []  # the close item of each open node on the stack
         for k in sorted(members):
@@ -212,8 +239,10 @@ class Run:
             if k in self.pairs and self.pairs[k] in members:
                 a, b = strip_span(self.text, self.pos[k], self.pos[self.pairs[k]])
                 got = project_range(al, a - s, b - s)
-                at = project_point(al, a - s, e - s)
+                got = got and _outside(self.text, (s, e), (a, b), text, (got[0] + shift, got[1] + shift))
+                at = project_point(al, a - s, e - s) + shift
                 node = _Node(k, self.pairs[k], *(got or (at, at)))
+                node.edges = (self.text[self.pos[k]:a], self.text[b:self.pos[self.pairs[k]]])
                 stack[-1].children.append(node)
                 stack.append(node)
                 closing.append(self.pairs[k])
@@ -222,9 +251,9 @@ class Run:
                 closing.pop()
             elif it.kind != "text":
                 x = min(max(self.pos[k] - s, 0), e - s)
-                stack[-1].children.append(_Node(k, start=project_point(al, x, e - s),
+                stack[-1].children.append(_Node(k, start=project_point(al, x, e - s) + shift,
                                                 point=True, glue=self._glue(s + x)))
-        _emit(al.text, root.children, 0, len(al.text), out)
+        _emit(text, root.children, 0, len(text), out)
 
 
 # The model's own output may hold character references: its training text does ("&amp;" is
@@ -253,7 +282,57 @@ def _settle(text: str, kids: list[_Node]) -> list[_Node]:
         x, y = max(free, key=lambda p: p[1] - p[0], default=(n.start, n.start))
         n.start, n.end = (x, y) if x < y else (n.start, n.start)
         taken.append((n.start, n.end))
-    return sorted(kids, key=lambda n: n.start)
+    for n in kids:
+        _widen(text, n)
+    return sorted(kids, key=lambda n: _glued(text, n.start, n.glue, 0))  # stable: ties in source order
+
+
+def _widen(text: str, n: _Node) -> None:
+    """An element takes back the spaces it held at its edges (``<b>Hund </b>``,
+    ``&nbsp;``), where the target has those same characters beside its words."""
+    lead, trail = n.edges if not n.point and n.start < n.end else ("", "")
+    for ch in reversed(lead):
+        if n.start == 0 or text[n.start - 1] != ch:
+            break
+        n.start -= 1
+    for ch in trail:
+        if n.end == len(text) or text[n.end] != ch:
+            break
+        n.end += 1
+
+
+def _glued(text: str, start: int, glue: str, lo: int) -> int:
+    """Where a point goes (not before ``lo``): back to the end of the word before when it
+    was glued to it, and one space on when it stood "free" between words."""
+    if not glue:
+        return start
+    back = start
+    while back > lo and text[back - 1].isspace():
+        back -= 1
+    return back + (glue == "free" and back < start)
+
+
+def _mark(ch: str) -> bool:
+    return not ch.isalnum() and not ch.isspace()
+
+
+def _outside(source: str, unit: tuple[int, int], words: tuple[int, int], target: str,
+             got: tuple[int, int]) -> tuple[int, int]:
+    """``got``, the target words of an element whose words are ``source[a:b]`` (in the
+    sentence ``unit``), cut where the element's edge cut a word from its punctuation in
+    the source: ``<a>Park</a>.`` keeps the full stop out of the link and ``Park<b>.</b>``
+    keeps the word out of the bold, whether a target word carried both or the model
+    aligned them together (an alignment's words are whole: ``align.snap``)."""
+    (s, e), (a, b), (x, y) = unit, words, got
+    if b < e and _mark(source[b - 1]) != _mark(source[b]) and not source[b].isspace():
+        keep = _mark(source[b - 1])
+        while y > x and not target[y - 1].isspace() and _mark(target[y - 1]) != keep:
+            y -= 1
+    if a > s and _mark(source[a - 1]) != _mark(source[a]) and not source[a - 1].isspace():
+        keep = _mark(source[a])
+        while x < y and not target[x].isspace() and _mark(target[x]) != keep:
+            x += 1
+    return (x, y) if x < y else got
 
 
 def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None:
@@ -270,12 +349,7 @@ def _emit(text: str, children: list[_Node], lo: int, hi: int, out: list) -> None
             continue
         c = kids[k]
         frame[1] += 1
-        start = min(max(c.start, cursor), end)
-        if c.glue:  # back to the end of the word before ("free": and one space on)
-            back = start
-            while back > cursor and text[back - 1].isspace():
-                back -= 1
-            start = back + (c.glue == "free" and back < start)
+        start = _glued(text, min(max(c.start, cursor), end), c.glue, cursor)
         out += [text[cursor:start], c.open]
         if c.point:
             if c.glue == "free" and start < end and not text[start].isspace():

@@ -2,11 +2,13 @@
 ``content.xml`` (and ``styles.xml``'s page headers and footers).
 
 Every ``text:p`` and ``text:h`` is a paragraph: in text frames, tables, lists, notes,
-slides and speaker notes alike. Inside one, ``text:span`` and ``text:a`` hold runs (their
-formatting and links follow their words through the alignment); ``text:s`` (spaces),
-``text:tab`` and ``text:line-break`` are part of a run's text and written back as such;
-anything else (fields, bookmarks, frames, notes) stays where it is, untranslated, and the
-paragraphs inside it are translated on their own. Comments (``office:annotation``) and
+slides and speaker notes alike, read as inline markup by the rule Word's paragraphs follow
+(:mod:`seq2seq.documents.runs`): ``text:span`` and ``text:a`` are elements around their
+words, carried by the alignment (a link keeps its words, a bold word's translation is
+bold), and the text outside them is written where it falls. ``text:s`` (spaces),
+``text:tab`` and ``text:line-break`` are text, written back as the paragraph spelled them
+(:class:`_Spelling`); anything else (fields, bookmarks, frames, notes) is a point, kept
+untranslated, and the paragraphs inside it are translated on their own. Comments (``office:annotation``) and
 tracked deletions are never translated. With a target language, the document's
 ``dc:language`` says it, and styles in the source language (``fo:language``) are set to it.
 """
@@ -25,7 +27,8 @@ from seq2seq.documents.package import (
     rebuild,
     serialize,
 )
-from seq2seq.documents.slots import Paragraphs, Slot, one_batch
+from seq2seq.documents.runs import Entry, Format, Loose, Paragraph
+from seq2seq.documents.slots import one_batch
 
 NS = {"text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
       "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
@@ -41,7 +44,7 @@ MAX_SPACES = 1000  # what one text:s may stand for (text:c="1000000000" is not a
 KINDS = {".odt": ("application/vnd.oasis.opendocument.text", "an OpenDocument text (.odt) document"),
          ".odp": ("application/vnd.oasis.opendocument.presentation",
                   "an OpenDocument presentation (.odp) document")}
-_SEPARATORS = re.compile(r"( {2,}|\t|\n)")
+_SEPARATORS = re.compile(r"( +|\t|\n)")  # what the writer spells as elements (or may)
 _CHARACTER_DATA = re.compile(r"[\t\n\r]")  # white space in ODF's text, not its tabs or breaks
 
 
@@ -59,49 +62,79 @@ def paragraphs(roots) -> list:
     return out
 
 
-def _point_text(el) -> str:
-    if el.tag == SPACE:
-        count = el.get(T + "c", "1")
-        return " " * (min(int(count), MAX_SPACES) if count.isdigit() else 1)
-    return "\t" if el.tag == TAB else "\n"
+def _spaces(el) -> int:
+    count = el.get(T + "c", "1")
+    return min(int(count), MAX_SPACES) if count.isdigit() else 1
 
 
-class _Run:
-    """Text in one element after ``anchor`` (its ``.text``, or a child's ``.tail``), with the
-    spaces, tabs and line breaks that follow it there."""
+class _Spelling:
+    """Spaces as OpenDocument spells them: character data collapses a run of spaces to one
+    (and one at the start of a paragraph to none), so every space after a space is a
+    ``text:s``. A paragraph writes a run of spaces after a word as LibreOffice does (a space,
+    then ``text:s`` for the rest) unless its source spelled one whole (``text:s`` right
+    after a word); a tab and a line break are their elements. ``space``: whether the last
+    character was a space (at a paragraph's start it counts as one)."""
 
-    def __init__(self, parent, anchor):
-        self.parent, self.anchor, self.points = parent, anchor, []
+    def __init__(self):
+        self.space, self.whole = True, False
 
-    def text(self) -> str:
-        first = (self.anchor.tail if self.anchor is not None else self.parent.text) or ""
-        return _CHARACTER_DATA.sub(" ", first) + "".join(
-            _point_text(p) + _CHARACTER_DATA.sub(" ", p.tail or "") for p in self.points)
-
-    def write(self, new: str) -> None:
-        for p in self.points:
-            self.parent.remove(p)  # its tail goes with it
-        pieces = _SEPARATORS.split(new)
-        if self.anchor is None:
-            self.parent.text = pieces[0]
-        else:
-            self.anchor.tail = pieces[0]
-        last = self.anchor
-        for sep, after in zip(pieces[1::2], pieces[2::2]):
-            point = self.parent.makeelement(TAB if sep == "\t" else BREAK if sep == "\n" else SPACE)
-            if sep.startswith(" "):
-                point.set(T + "c", str(len(sep)))
-            point.tail = after
-            if last is None:
-                self.parent.insert(0, point)
-            else:
-                last.addnext(point)
-            last = point
+    def read(self, kind: str, text: str = "") -> None:
+        """What came next: "text", a ``text:s``, a tab or a line break, an element with
+        "content" (a field, a frame) or an "empty" one (a bookmark: no character)."""
+        if kind == "text" and text:
+            self.space = text.endswith(" ")
+        elif kind == SPACE:
+            self.whole |= not self.space
+            self.space = True
+        elif kind in (TAB, BREAK, "content"):
+            self.space = False
 
 
-def runs(paragraph) -> list[Slot]:
-    """A paragraph's runs in order: descends into spans and links, not into anything else."""
-    found = [_Run(paragraph, None)]
+class _Writer(Loose):
+    """Writes a paragraph's text outside runs in its :class:`_Spelling`."""
+
+    def __init__(self, whole: bool):
+        super().__init__()
+        self.spelling = _Spelling()
+        self.spelling.whole = whole
+
+    def text(self, parent, text: str) -> None:
+        for piece in _SEPARATORS.split(text):
+            if piece in ("\t", "\n"):
+                self.element(parent, parent.makeelement(TAB if piece == "\t" else BREAK))
+            elif piece.startswith(" "):
+                literal = not self.spelling.space and (len(piece) == 1 or not self.spelling.whole)
+                super().text(parent, " " * literal)
+                if len(piece) > literal:
+                    point = parent.makeelement(SPACE)
+                    if len(piece) - literal > 1:
+                        point.set(T + "c", str(len(piece) - literal))
+                    self.element(parent, point)
+                self.spelling.space = True
+            elif piece:
+                super().text(parent, piece)
+                self.spelling.read("text", piece)
+
+    def element(self, parent, el) -> None:
+        super().element(parent, el)
+        self.spelling.read(el.tag if el.tag in (TAB, BREAK) else
+                           "content" if len(el) or el.text else "empty")
+
+
+def _entries(paragraph) -> tuple[list[Entry], bool]:
+    """A paragraph's content as entries (spans and links around their text, anything else a
+    point; spaces, tabs and line breaks are text) and whether it spells a run of spaces
+    whole. A loop with its own stack: spans nest as deep as a document has."""
+    out: list[Entry] = []
+    spelling = _Spelling()
+
+    def text(t: str | None) -> None:
+        if t:
+            t = _CHARACTER_DATA.sub(" ", t)
+            out.append(Entry("text", [], text=t))
+            spelling.read("text", t)
+
+    text(paragraph.text)
     todo = [(paragraph, iter(paragraph))]
     while todo:
         parent, children = todo[-1]
@@ -109,16 +142,28 @@ def runs(paragraph) -> list[Slot]:
         if child is None:
             todo.pop()
             if todo:
-                found.append(_Run(todo[-1][0], parent))  # the text after a span
+                out.append(Entry("close", [], f"c{id(parent)}"))
+                text(parent.tail)
             continue
-        if child.tag in (SPACE, TAB, BREAK) and found[-1].parent is parent:
-            found[-1].points.append(child)
-        elif child.tag in CONTAINERS:
-            found.append(_Run(child, None))
+        if child.tag in CONTAINERS:
+            out.append(Entry("open", [child], f"c{id(child)}", box=True))
+            text(child.text)
             todo.append((child, iter(child)))
-        else:  # kept as it is; the text after it is a run of its own
-            found.append(_Run(parent, child))
-    return [Slot(r.text(), r.write) for r in found]
+            continue
+        if child.tag in (SPACE, TAB, BREAK):
+            t = " " * _spaces(child) if child.tag == SPACE else "\t" if child.tag == TAB else "\n"
+            out.append(Entry("text", [child], text=t))
+            spelling.read(child.tag)
+        else:  # kept as it is
+            out.append(Entry("point", [child]))
+            spelling.read("content" if len(child) or child.text else "empty")
+        text(child.tail)
+    return out, spelling.whole
+
+
+def paragraph(p, split: Splitter) -> Paragraph:
+    entries, whole = _entries(p)
+    return Paragraph(p, entries, split, Format(loose=lambda: _Writer(whole)))
 
 
 def _headers_and_footers(styles) -> list:
@@ -164,7 +209,7 @@ def translate_odf(data: bytes, name: str, translate: SentenceTranslator, split: 
     roots = [body] if body is not None else []
     if "styles.xml" in trees:
         roots += _headers_and_footers(trees["styles.xml"].getroot())
-    one_batch([Paragraphs([runs(p) for p in paragraphs(roots)], split)], translate)
+    one_batch([paragraph(p, split) for p in paragraphs(roots)], translate)
     if target_lang:
         _relabel(trees, lang, target_lang)
     parts = ("content.xml", "styles.xml", "meta.xml")

@@ -18,6 +18,8 @@ import zipfile
 import zlib
 
 MAX_UNPACKED = 64 * 2**20  # bytes a package may unpack to
+# Characters XML 1.0 cannot hold (lxml refuses them): never written into a part.
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _BROKEN_ZIP = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
                ValueError)
 

@@ -8,12 +8,9 @@ insertion and a complex field (``w:fldChar`` begin to end). The translation's al
 then carries each of them to the target words their source words went to, by the same rule
 as HTML tags: a hyperlink keeps its words inside it, a bold word's translation is bold.
 
-- A text run may be cut where sentences are (Word splits runs freely), so a run never joins
-  two sentences into one unit; a hyperlink or field across a sentence boundary does, as an
-  HTML element does. The pieces of one run that stay together come back as one run.
-- Text the alignment gives to no run (spaces between runs, a word aligned nowhere) goes to
-  a neighbour: the run before takes as many spaces as its source text ended with, the
-  next run the rest. A run whose words all went into other runs is dropped, not left empty.
+- A text run may be cut where sentences are (Word splits runs freely); text the alignment
+  gives to no run goes to a neighbour, and a run whose words all went into other runs is
+  dropped (:mod:`seq2seq.documents.runs`, which PowerPoint and OpenDocument share).
 - Never translated or changed: a complex field's instruction (``w:instrText``, from its
   begin to its separate mark), runs holding anything but text (pictures, field marks, page
   breaks, footnote references), bookmarks, deleted text and every other element; they
@@ -24,16 +21,15 @@ as HTML tags: a hyperlink keeps its words inside it, a bold word's translation i
 
 from __future__ import annotations
 
-import copy
 import io
 import re
 import zipfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
-from seq2seq.documents.align import Aligned, SentenceTranslator
-from seq2seq.documents.inline import Run, Splitter, units
+from seq2seq.documents.align import SentenceTranslator
+from seq2seq.documents.inline import Splitter
 from seq2seq.documents.package import DocumentError, check_package
+from seq2seq.documents.runs import Entry, Format, Paragraph
 
 MAX_UNPACKED = 64 * 2**20  # bytes a .docx may unpack to
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -81,16 +77,7 @@ def _field_ends(kids: list, i: int) -> tuple[int, int] | None:
     return None
 
 
-@dataclass
-class _Entry:
-    kind: str  # "run", "open", "close", "point"
-    els: list  # the XML elements it stands for (a field's open: begin mark to separate mark)
-    tag: str = ""  # pairs an open with its close
-    box: bool = False  # an open whose element holds its runs (not a field's marks)
-    text: str = ""
-
-
-def _walk(kids: list, out: list[_Entry]) -> None:
+def _walk(kids: list, out: list[Entry]) -> None:
     """A paragraph's (or container's) children as entries, in document order."""
     i = 0
     while i < len(kids):
@@ -98,206 +85,34 @@ def _walk(kids: list, out: list[_Entry]) -> None:
         ends = _field_ends(kids, i) if _field_char(el) == "begin" else None
         if name in CONTAINERS:
             tag = f"c{len(out)}"
-            out.append(_Entry("open", [el], tag, box=True))
+            out.append(Entry("open", [el], tag, box=True))
             _walk(list(el), out)
-            out.append(_Entry("close", [], tag))
+            out.append(Entry("close", [], tag))
         elif ends:
             tag = f"f{len(out)}"
-            out.append(_Entry("open", kids[i:ends[0] + 1], tag))
+            out.append(Entry("open", kids[i:ends[0] + 1], tag))
             _walk(kids[ends[0] + 1:ends[1]], out)
-            out.append(_Entry("close", [kids[ends[1]]], tag))
+            out.append(Entry("close", [kids[ends[1]]], tag))
             i = ends[1]
         elif _is_text_run(el):
-            out.append(_Entry("run", [el], text=el.text))
+            out.append(Entry("run", [el], text=el.text))
         elif name != "pPr":
-            out.append(_Entry("point", [el]))
+            out.append(Entry("point", [el]))
         i += 1
 
 
-@dataclass
-class _Item:  # what inline.Run reads
-    kind: str
-    tag: str = ""
-    text: str = ""
-    raw: str = ""
+def _write(run, text: str) -> None:
+    run.text = text  # python-docx's setter: tabs and line breaks as w:tab, w:br
 
 
-def _cut(text: str, lo: int, edges: list[int]) -> list[str]:
-    """``text`` (at offset ``lo``) cut at the ``edges`` inside it."""
-    cuts = [0, *(x - lo for x in edges if lo < x < lo + len(text)), len(text)]
-    return [text[a:b] for a, b in zip(cuts, cuts[1:]) if a < b] or [text]
+WORD = Format(weight=_weight, write=_write)
 
 
-class Paragraph:
-    """A ``w:p`` planned: ``sentences`` to translate, then :meth:`render` rebuilds it."""
-
-    def __init__(self, p, split: Splitter):
-        self.p = p
-        entries: list[_Entry] = []
-        _walk([c for c in p if _name(c) != "pPr"], entries)
-        text = "".join(e.text for e in entries)
-        spans = self._units(entries, text, split)
-        edges = sorted({x for u in spans for x in u})
-        self.items: list[_Item] = []
-        self.entries: list[tuple[_Entry, str]] = []  # per item: its entry, a run piece's text
-        at = 0
-        for e in entries:
-            if e.kind != "run":
-                self._add(_Item(e.kind, e.tag), e)
-                continue
-            for piece in _cut(e.text, at, edges):
-                tag = f"r{len(self.items)}"
-                self._add(_Item("open", tag), e, piece)
-                self._add(_Item("text", text=piece), e, piece)
-                self._add(_Item("close", tag), e, piece)
-            at += len(e.text)
-        self.run = Run(self.items, lambda _: spans)
-        self.sentences = self.run.sentences if text.strip() else []
-
-    def _add(self, item: _Item, entry: _Entry, piece: str = "") -> None:
-        self.items.append(item)
-        self.entries.append((entry, piece))
-
-    @staticmethod
-    def _units(entries: list[_Entry], text: str, split: Splitter) -> list[tuple[int, int]]:
-        """The sentence units: a container or field across a sentence boundary joins them."""
-        ranges, opened, at = [], {}, 0
-        for e in entries:
-            if e.kind == "open":
-                opened[e.tag] = at
-            elif e.kind == "close":
-                a, b = opened[e.tag], at
-                while a < b and text[a].isspace():
-                    a += 1
-                while b > a and text[b - 1].isspace():
-                    b -= 1
-                if a < b:
-                    ranges.append((a, b))
-            at += len(e.text)
-        return [tuple(u) for u in units(text, split(text), ranges)] if text.strip() else []
-
-    def render(self, translations: list[Aligned]) -> None:
-        """The paragraph's content rebuilt in target order from :meth:`Run.events`."""
-        if not self.sentences:
-            return
-        fallback = min((e.els[0] for e, _ in self.entries if e.kind == "run"), key=_weight)
-        for child in [c for c in self.p if _name(c) != "pPr"]:
-            self.p.remove(child)
-        levels = [_Level(self.p, fallback)]
-        current = None  # the run being written
-        for t in self.run.events(translations):
-            item = None if isinstance(t, str) else self.items[t]
-            if item is None or item.kind == "text":
-                text = t if item is None else item.text
-                if current is not None:
-                    current.texts.append(text)
-                else:
-                    levels[-1].pending += text
-                continue
-            entry, piece = self.entries[t]
-            if entry.kind == "run":
-                current = levels[-1].start_run(entry.els[0], piece) if item.kind == "open" else None
-            else:
-                _structure(levels, item.kind, entry, fallback)
-        levels[0].flush()
-        for written in levels[0].written:
-            written.finish()
-
-
-@dataclass
-class _Written:
-    """A run of the output: a copy of its source run, with the texts given to it."""
-
-    source: object  # the source run (pieces of one run in a row are written as one)
-    el: object
-    was: str | None  # the source run's text (None: a run made for loose text)
-    tail_spaces: int = 0  # spaces its last source piece ended with (loose spaces it takes)
-    texts: list[str] = field(default_factory=list)
-
-    def finish(self) -> None:
-        text = "".join(self.texts)
-        if not text and self.was:  # its words all went into other runs
-            self.el.getparent().remove(self.el)
-        elif text != self.was:
-            self.el.text = text
-
-
-@dataclass
-class _Level:
-    """Where output goes: a paragraph, a container's copy, or a field's result."""
-
-    parent: object
-    fallback: object  # the run copied for loose text with no run beside it
-    last: _Written | None = None
-    pending: str = ""  # text given to no run yet
-    written: list[_Written] = field(default_factory=list)  # shared by a paragraph's levels
-
-    def start_run(self, source, piece: str) -> _Written:
-        if self.last is not None and self.pending:
-            self._share(_weight(self.last.source) <= _weight(source))
-        if self.last is None or self.last.source is not source:
-            self._new(source, source.text)
-        self.last.tail_spaces = len(piece) - len(piece.rstrip())
-        self.last.texts.append(self.pending)
-        self.pending = ""
-        return self.last
-
-    def _share(self, words_before: bool) -> None:
-        """The run before takes its part of the loose text: the words in it when it is the
-        plainer of the two (what no run claimed wears the least formatting), then as many
-        spaces as its source text ended with; the next run takes the rest."""
-        body = len(self.pending.rstrip())
-        k = 0
-        if self.pending[:body].strip() and words_before:
-            k = body
-        stop = k + self.last.tail_spaces
-        while k < min(stop, len(self.pending)) and self.pending[k].isspace():
-            k += 1
-        self.last.texts.append(self.pending[:k])
-        self.pending = self.pending[k:]
-
-    def _new(self, source, was: str | None) -> None:
-        self.last = _Written(source, copy.deepcopy(source), was)
-        self.parent.append(self.last.el)
-        self.written.append(self.last)
-
-    def flush(self) -> None:
-        if self.pending and self.last is None:
-            self._new(self.fallback, None)
-        if self.pending:
-            self.last.texts.append(self.pending)
-        self.pending = ""
-
-    def put(self, els: list) -> None:
-        """Elements never changed, after what is written so far: the run before takes its
-        part of the loose text (:meth:`_share`), the rest waits for the run after them."""
-        if self.last is not None and self.pending:
-            self._share(True)  # words no run claimed: to the run before
-        for el in els:
-            self.parent.append(el)
-        self.last = None
-
-
-def _structure(levels: list[_Level], kind: str, entry: _Entry, fallback) -> None:
-    """A container or field opened or closed, or a point put, at the innermost level."""
-    level = levels[-1]
-    if kind == "point":
-        level.put(entry.els)
-    elif kind == "open":
-        shell = None
-        if entry.box:  # a copy with its attributes; its runs come back as written
-            shell = copy.copy(entry.els[0])
-            for child in list(shell):
-                shell.remove(child)
-        level.put([shell] if entry.box else entry.els)
-        inner = _Level(shell if entry.box else level.parent, fallback, written=level.written)
-        inner.pending, level.pending = level.pending, ""  # the spaces its first run began with
-        levels.append(inner)
-    else:
-        inner = levels.pop()
-        inner.flush()
-        levels[-1].put(entry.els)
-        levels[-1].last = inner.last  # the spaces its last run ended with come after it
+def paragraph(p, split: Splitter) -> Paragraph:
+    """A ``w:p`` planned (its properties, ``w:pPr``, kept first)."""
+    entries: list[Entry] = []
+    _walk([c for c in p if _name(c) != "pPr"], entries)
+    return Paragraph(p, entries, split, WORD)
 
 
 def _paragraphs(doc):
@@ -373,7 +188,7 @@ def translate_docx(data: bytes, name: str, translate: SentenceTranslator, split:
     _check_package(data, name)
     with _refused_as_docx(name):
         doc = docx.Document(io.BytesIO(data))
-        plans = [Paragraph(p._p, split) for p in _paragraphs(doc)]
+        plans = [paragraph(p._p, split) for p in _paragraphs(doc)]
     sentences = [s for p in plans for s in p.sentences]
     done = iter(translate(sentences) if sentences else [])
     with _refused_as_docx(name):

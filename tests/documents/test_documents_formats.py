@@ -13,19 +13,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 etree = pytest.importorskip("lxml.etree", reason="needs the documents extra")
 pptx = pytest.importorskip("pptx", reason="needs python-pptx (the dev extra)")
 
+from helpers import ODF_NS, package, slides_package  # noqa: E402
 from stand_ins import TRANSLATORS, identity, split, upper  # noqa: E402
 
 from seq2seq.documents import DocumentError, translate_document  # noqa: E402
 from seq2seq.documents.align import Aligned  # noqa: E402
-from seq2seq.documents.formats import split_runs  # noqa: E402
 from seq2seq.documents.package import MAX_UNPACKED  # noqa: E402
-from seq2seq.documents.slots import carry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"
@@ -33,22 +30,6 @@ NEW = (".odt", ".odp", ".pptx", ".epub")
 
 
 # ---------------------------------------------------------------- documents, built here
-def package(entries: dict[str, str | bytes], mimetype: str | None = None) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        if mimetype:
-            z.writestr(zipfile.ZipInfo("mimetype"), mimetype, zipfile.ZIP_STORED)
-        for name, body in entries.items():
-            z.writestr(name, body)
-    return out.getvalue()
-
-
-ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
-          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
-          'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
-          'xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0" '
-          'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
-          'xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:xlink="http://www.w3.org/1999/xlink"')
 ODT_BODY = (
     '<office:text><text:h text:outline-level="1">Ein Hund</text:h>'
     '<text:p text:style-name="P1">Ein <text:span text:style-name="T1">großer</text:span> Hund '
@@ -303,29 +284,7 @@ def test_a_translation_with_an_html_entity_keeps_the_xhtml_well_formed():
     assert "café".encode() in page and b"&amp;" in page
 
 
-# ---------------------------------------------------------------- run carrying stays linear
-@given(st.lists(st.text("ab .", max_size=6), min_size=1, max_size=6), st.data())
-def test_carry_is_split_runs_a_unit_at_a_time(texts, data):
-    text = "".join(texts)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6, unique=True)))
-    plan = [(a, b) for a, b in zip(cuts[::2], cuts[1::2]) if a < b]
-    done = [data.draw(st.sampled_from(list(TRANSLATORS.values())))([text[a:b]])[0] for a, b in plan]
-    assert carry(texts, plan, done) == split_runs(texts, plan, done)
-
-
 # ---------------------------------------------------------------- hostile shapes: linear time
-def slides_package(paragraph: str) -> bytes:
-    """The least .pptx the reader takes: one slide holding one paragraph."""
-    p, a = ("http://schemas.openxmlformats.org/presentationml/2006/main",
-            "http://schemas.openxmlformats.org/drawingml/2006/main")
-    kind = "application/vnd.openxmlformats-officedocument.presentationml."
-    types = ('<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-             f'<Override PartName="/ppt/presentation.xml" ContentType="{kind}presentation.main+xml"/>'
-             f'<Override PartName="/ppt/slides/slide1.xml" ContentType="{kind}slide+xml"/></Types>')
-    return package({"[Content_Types].xml": types, "ppt/presentation.xml": f'<p:presentation xmlns:p="{p}"/>',
-                    "ppt/slides/slide1.xml": f'<p:sld xmlns:p="{p}" xmlns:a="{a}"><a:p>{paragraph}</a:p></p:sld>'})
-
-
 def _odt_paragraph(n: int, piece: str) -> bytes:
     return odf(body=f"<office:text><text:p>{piece * n}</text:p></office:text>")
 

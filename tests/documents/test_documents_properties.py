@@ -95,7 +95,7 @@ def test_subtitle_identity_is_byte_for_byte_and_upper_keeps_lines_and_timing(dat
 # ---------------------------------------------------------------- HTML
 INLINE_TAGS = ["b", "i", "u", "em", "span", 'a href="x.html"', 'span class="k"']
 # (each a character the words never hold: a character a page writes both ways comes back
-# written one way; a no-break space at an element's edge is trimmed out of it, still open)
+# written one way: a no-break space is in test_documents_office_properties, always as &nbsp;)
 ENTITIES = ["&amp;", "&lt;", "&gt;", "&quot;", "&eacute;", "&#169;", "&#x2014;"]  # not &nbsp; (above)
 
 

@@ -15,6 +15,7 @@ from stand_ins import TOKEN, Fake, split
 
 from seq2seq.documents.align import Aligned, piece_spans, project_range, snap
 from seq2seq.documents.html import parse, translate_html
+from seq2seq.documents.inline import _trim, units
 
 TAG = re.compile(r"<[^>]*>")
 
@@ -220,6 +221,46 @@ def test_any_input_keeps_its_markup(source):
             found = out.find(raw, at)
             assert found >= 0, (raw, out)
             at = found + len(raw) if not reverse else 0  # reversed: inside a sentence, any order
+
+
+# ---------------------------------------------------------------- units: one sweep, the fixpoint
+def _units_by_definition(text, spans, ranges):
+    """Sentences joined, one join at a time until none is left to make, where an element
+    starts or ends inside a sentence and reaches out of it (quadratic: the definition)."""
+    out = [list(_trim(text, s, e)) for s, e in sorted(spans)]
+    out = [u for u in out if u[0] < u[1]]
+    while True:
+        for a, b in sorted(ranges):
+            inside = [k for k, (s, e) in enumerate(out) if s < b and e > a]
+            if not inside or (a <= out[inside[0]][0] and b >= out[inside[-1]][1]):
+                continue
+            joined = [min(a, out[inside[0]][0]), max(b, out[inside[-1]][1])]
+            if len(inside) > 1 or joined != out[inside[0]]:
+                out[inside[0]:inside[-1] + 1] = [joined]
+                break
+        else:
+            return out
+
+
+@st.composite
+def _nested(draw, lo: int, hi: int, depth: int = 3) -> list[tuple[int, int]]:
+    """Ranges in ``[lo, hi)`` that nest or are disjoint, as elements' texts do."""
+    out, at = [], lo
+    while at < hi and depth and draw(st.booleans()):
+        a = draw(st.integers(at, hi - 1))
+        b = draw(st.integers(a + 1, hi))
+        out += [(a, b), *draw(_nested(a, b, depth - 1))]
+        at = b
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from("ab. "), min_size=1, max_size=30), st.data())
+def test_units_are_the_sentences_joined_until_every_element_nests(text, data):
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8, unique=True)))
+    spans = list(zip(cuts[::2], cuts[1::2]))
+    ranges = [r for r in (_trim(text, a, b) for a, b in data.draw(_nested(0, len(text)))) if r[0] < r[1]]
+    assert units(text, spans, ranges) == _units_by_definition(text, spans, ranges)
 
 
 # ---------------------------------------------------------------- alignment pieces
