@@ -15,7 +15,8 @@ from stand_ins import TOKEN, Fake, split
 
 from seq2seq.documents.align import Aligned, piece_spans, project_range, snap
 from seq2seq.documents.html import parse, translate_html
-from seq2seq.documents.inline import _trim, units
+from seq2seq.documents.inline import units
+from seq2seq.translation.segment import strip_span
 
 TAG = re.compile(r"<[^>]*>")
 
@@ -227,7 +228,7 @@ def test_any_input_keeps_its_markup(source):
 def _units_by_definition(text, spans, ranges):
     """Sentences joined, one join at a time until none is left to make, where an element
     starts or ends inside a sentence and reaches out of it (quadratic: the definition)."""
-    out = [list(_trim(text, s, e)) for s, e in sorted(spans)]
+    out = [list(strip_span(text, s, e)) for s, e in sorted(spans)]
     out = [u for u in out if u[0] < u[1]]
     while True:
         for a, b in sorted(ranges):
@@ -259,7 +260,7 @@ def _nested(draw, lo: int, hi: int, depth: int = 3) -> list[tuple[int, int]]:
 def test_units_are_the_sentences_joined_until_every_element_nests(text, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8, unique=True)))
     spans = list(zip(cuts[::2], cuts[1::2]))
-    ranges = [r for r in (_trim(text, a, b) for a, b in data.draw(_nested(0, len(text)))) if r[0] < r[1]]
+    ranges = [r for r in (strip_span(text, a, b) for a, b in data.draw(_nested(0, len(text)))) if r[0] < r[1]]
     assert units(text, spans, ranges) == _units_by_definition(text, spans, ranges)
 
 

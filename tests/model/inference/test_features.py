@@ -11,8 +11,8 @@ from helpers import DE_EN, multi30k_lines
 import seq2seq.model.inference.compiled as compiled
 from seq2seq.checkpoint import build_model, load_checkpoint
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.translator import Translator
 from seq2seq.model.inference import compute
+from seq2seq.translation.translator import Translator
 
 
 def attributes(model: torch.nn.Module) -> dict[str, set[str]]:
