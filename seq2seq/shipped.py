@@ -53,6 +53,16 @@ def multi30k_dir(splits: list[str]) -> Path:
         "(--data-dir, --data.data.data_dir)")
 
 
+def multi30k_lines(name: str, n: int | None = None) -> list[str]:
+    """The first ``n`` lines (None: all) of the shipped Multi30k file ``name`` (such as
+    ``test_2016_flickr.de.gz``), without their newlines; the one reader for scripts and tests."""
+    import gzip  # here: this module is imported by every command's start-up
+    import itertools
+
+    with gzip.open(multi30k_dir([name]) / name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
 def find_model(path: str | os.PathLike) -> Path:
     """``path`` itself when it exists; else, for a shipped model's name (``multi30k_de_en_tiny``,
     with or without ``.ckpt``) or its path in the repository (``data/models/NAME.ckpt``), that

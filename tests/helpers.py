@@ -39,14 +39,11 @@ def save_tiny_checkpoint(path: Path, tokenizers, seed: int = 0, pair: tuple[str,
     return path
 
 
-def multi30k_lines(lang: str, n: int, split: str = "train") -> list[str]:
+def multi30k_lines(lang: str, n: int | None, split: str = "train") -> list[str]:
     """The first ``n`` lines of a shipped Multi30k file, without their newlines."""
-    import gzip
-    import itertools
+    from seq2seq.shipped import multi30k_lines as read
 
-    path = ROOT / "data" / "multi30k" / f"{split}.{lang}.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+    return read(f"{split}.{lang}.gz", n)
 
 
 def tiny_tokenizers(vocab: int = 100, langs: tuple[str, ...] = ("de", "en"), n: int = 200,

@@ -11,8 +11,6 @@ subprocess with a scratch HOME and ``ARGOS_CHUNK_TYPE=SPACY``.
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import json
 import os
 import subprocess
@@ -21,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from seq2seq.export import export
-from seq2seq.shipped import multi30k_dir
+from seq2seq.shipped import multi30k_lines
 
 ARGOS = r"""
 import json, socket, sys
@@ -58,8 +56,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=100, help="sentences of test_2016_flickr")
     args = ap.parse_args()
     name = f"test_2016_flickr.{args.lang}.gz"
-    with gzip.open(multi30k_dir([name]) / name, "rt", encoding="utf-8") as f:
-        texts = [line.rstrip("\n") for line in itertools.islice(f, args.n)]
+    texts = multi30k_lines(name, args.n)
     pair = (args.lang, args.to)
     with tempfile.TemporaryDirectory() as tmp:
         package = export(args.model, "argos", Path(tmp) / "model.argosmodel")

@@ -8,8 +8,6 @@ greedy and beam 5.
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import tempfile
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from seq2seq.checkpoint import config_of, load_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.export import export
 from seq2seq.export.ctranslate2 import ct2_translate
-from seq2seq.shipped import multi30k_dir
+from seq2seq.shipped import multi30k_lines
 from seq2seq.translation.translator import Translator
 
 
@@ -34,8 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     ngram = {"no_repeat_ngram_size": args.ngram}
     name = f"test_2016_flickr.{args.lang}.gz"
-    with gzip.open(multi30k_dir([name]) / name, "rt", encoding="utf-8") as f:
-        texts = [line.rstrip("\n") for line in itertools.islice(f, args.n)]
+    texts = multi30k_lines(name, args.n)
     positions = config_of(load_checkpoint(args.model)["seq2seq"]).max_positions
     with tempfile.TemporaryDirectory() as tmp:
         out = export(args.model, "ctranslate2", Path(tmp) / "ct2")

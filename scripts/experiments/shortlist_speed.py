@@ -13,14 +13,13 @@ test_2016_flickr sentences (after a 100-sentence warm-up).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 
 import torch
 
 from seq2seq import DecodingConfig, Translator
-from seq2seq.shipped import multi30k_dir
+from seq2seq.shipped import multi30k_lines
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -34,8 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     decoding = DecodingConfig(method="beam", beam_size=5) if args.search == "beam" else DecodingConfig()
     t = Translator.from_checkpoint(args.model, decoding=decoding, shortlist=args.shortlist)
     name = f"test_2016_flickr.{args.lang}.gz"
-    with gzip.open(multi30k_dir([name]) / name, "rt", encoding="utf-8") as f:
-        src = [line.rstrip("\n") for line in f]
+    src = multi30k_lines(name)
     t.translate(src[:100])
     best = float("inf")
     for _ in range(args.repeats):

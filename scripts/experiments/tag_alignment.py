@@ -9,13 +9,12 @@ where the translation holds that English word.
 from __future__ import annotations
 
 import argparse
-import gzip
 import re
 
 from seq2seq import Translator
 from seq2seq.documents import Aligned, translate_html
 from seq2seq.documents.align import piece_spans
-from seq2seq.shipped import multi30k_dir
+from seq2seq.shipped import multi30k_lines
 
 WORDS = {"Hund": "dog", "Mann": "man", "Frau": "woman", "Mädchen": "girl", "Junge": "boy",
          "Kind": "child", "Gras": "grass", "Straße": "street", "Wasser": "water", "Ball": "ball",
@@ -44,8 +43,7 @@ def main() -> None:
     ap.add_argument("-m", "--model", dest="checkpoint", default="data/models/multi30k_de_en_tiny.ckpt")
     ap.add_argument("--sentences", type=int, default=400, help="test sentences with a dictionary word")
     args = ap.parse_args()
-    with gzip.open(multi30k_dir([TEST]) / TEST, "rt", encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = multi30k_lines(TEST)
     cases = [(s, k) for s in lines for k in [next((i for i, w in enumerate(s.split()) if w in WORDS), None)]
              if k is not None][:args.sentences]
     translator = Translator.from_checkpoint(args.checkpoint)

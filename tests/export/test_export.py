@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import sentencepiece
 import torch
 import torch.nn.functional as F
 from helpers import (
+    multi30k_lines,
     needs,
     ours_greedy,
     padded_batch,
@@ -458,9 +458,7 @@ def test_ct2_folder_alone_translates_shipped_model_as_ours(ct2, tmp_path):
     from seq2seq.translation.translator import Translator
 
     out = export(SHIPPED, "ctranslate2", tmp_path / "ct2")
-    lines = (SHIPPED.parents[1] / "multi30k" / "test_2016_flickr.de.gz")
-    with gzip.open(lines, "rt", encoding="utf-8") as f:
-        texts = [next(f).strip() for _ in range(8)]
+    texts = [line.strip() for line in multi30k_lines("de", 8, "test_2016_flickr")]
     sp_src = sentencepiece.SentencePieceProcessor(model_file=str(out / "source.model"))
     sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(out / "target.model"))
     translator = _translator(ct2, out)

@@ -4,7 +4,6 @@ generation config doing our search; the shipped models checked end to end agains
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import os
 import warnings
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
+    multi30k_lines,
     needs,
     ours_greedy,
     padded_batch,
@@ -191,9 +191,7 @@ def test_cli_to_hf_picks_the_architecture(hf, tokenizers, tmp_path, capsys):  # 
 # ---------------------------------------------------------------- the shipped models
 def test_sentences(path: Path) -> list[str]:
     src_lang = path.name.split("_")[1]
-    with gzip.open(ROOT / "data" / "multi30k" / f"test_2016_flickr.{src_lang}.gz", "rt",
-                   encoding="utf-8") as f:
-        return [line.strip() for line in f]
+    return [line.strip() for line in multi30k_lines(src_lang, None, "test_2016_flickr")]
 
 
 test_sentences.__test__ = False  # a helper, not a test

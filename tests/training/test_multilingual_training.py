@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import multi30k_lines
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config import ConfigError, DataConfig, TokenizerConfig
@@ -35,10 +36,8 @@ def corpus(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("multi30k")
     for split, n in (("train", 300), ("val", 30)):
         for lang in LANGS:
-            with gzip.open(ROOT / f"data/multi30k/{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
             with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.write("".join(lines))
+                f.write("".join(s + "\n" for s in multi30k_lines(lang, n, split)))
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import multi30k_lines
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from seq2seq.averaging import average
@@ -35,10 +35,8 @@ def small_corpus(tmp_path_factory) -> dict[str, str]:
     files = {}
     for split, n in (("train", 1500), ("val", 60)):
         for lang in ("de", "en"):
-            with gzip.open(ROOT / f"data/multi30k/{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
             path = out / f"{split}.{lang}"
-            path.write_text("".join(lines), encoding="utf-8")
+            path.write_text("".join(s + "\n" for s in multi30k_lines(lang, n, split)), encoding="utf-8")
             files[f"{split}_{lang}"] = str(path)
     files["cache"] = str(out / "cache")
     return files

@@ -4,13 +4,12 @@ references computed by hand, translations against float32's, float32 unchanged, 
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_main, tiny_random_model
+from helpers import multi30k_lines, run_main, tiny_random_model
 
 import seq2seq.model.inference.compute as compute
 from seq2seq.config import ConfigError, DecodingConfig, LoadConfig
@@ -26,8 +25,7 @@ needs_bf16 = pytest.mark.skipif(not compute.native_bf16(), reason="no native bfl
 
 
 def _lines(lang: str) -> list[str]:
-    with gzip.open(ROOT / "data" / "multi30k" / f"test_2016_flickr.{lang}.gz", "rt") as f:
-        return [next(f).rstrip("\n") for _ in range(N)]
+    return multi30k_lines(lang, N, "test_2016_flickr")
 
 
 def _int8_reference(x: torch.Tensor, linear: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
