@@ -339,7 +339,8 @@ def train_options() -> tuple[set[str], set[str]]:
             main(["fit", "--help"])
     finally:
         sys.argv = argv
-    listed = set(re.findall(r"^\s+(--[a-z][\w.-]*)", out.getvalue(), re.M))
+    # an option at a line's start, or after its short form (``-c CONFIG, --config CONFIG``)
+    listed = set(re.findall(r"^\s+(?:-\w(?: \S+)?, )?(--[a-z][\w.-]*)", out.getvalue(), re.M))
     assert "--trainer.max_steps" in listed, out.getvalue()[-2000:]
     ours = (leaf_options("--model", Seq2SeqModule) | leaf_options("--data", Seq2SeqDataModule)
             | leaf_options("--curves", TrainingCurves))
