@@ -61,6 +61,12 @@ class _GuardedH11(H11Protocol):
             self.logger.warning("connection refused: %d connections open (the cap)",
                                 self.max_connections)
             return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # asyncio sets this only where the socket's proto says TCP (0 here: bind's
+            # create_server); without it the answer's body waits for the client's delayed
+            # ACK of its headers: one-sentence requests took p50 80 ms instead of ~20
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
         self._arm_header_deadline()
 

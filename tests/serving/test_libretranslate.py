@@ -218,7 +218,7 @@ def test_libretranslate_requests_have_the_time_limit(monkeypatch):
     from seq2seq.config import ServeConfig
     from seq2seq.serving import create_app, load_models
 
-    def slow(served, decoding, texts, need_attention=False):
+    def slow(served, decoding, direction, texts, need_attention=False, lone_text_threads=None):
         time.sleep(1.0)
         return served.translator.translate_full(texts)
 
