@@ -27,7 +27,7 @@ from typing import Any
 
 from seq2seq.config import DataConfig
 from seq2seq.data.sources import load_hub, side_files
-from seq2seq.files import check_regular_file
+from seq2seq.files import check_regular_file, write_atomic
 from seq2seq.machine import cache_home
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,7 @@ def file_sha256(path: str | os.PathLike[str], memo: Path | None = None) -> str:
         return entry.read_text()
     sha = _file_sha256(*key)
     if entry is not None:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
-        tmp.write_text(sha)
-        os.replace(tmp, entry)
+        write_atomic(entry, lambda f: f.write(sha.encode()))
     return sha
 
 
