@@ -195,6 +195,7 @@ FLAGS = {
     "top_p": ("--topp",),
     "max_tokens": ("--max-tokens", "--batch-tokens"),
     "split_sentences": ("--no-split",),
+    "restore_numbers": ("--no-restore-numbers",),
 }
 
 

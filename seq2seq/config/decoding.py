@@ -74,6 +74,10 @@ class DecodingConfig:
     split_sentences: bool = option(True, "translate each line as one sentence (for corpora of one "
                                     "sentence a line); default: lines are cut into sentences, "
                                     "translated, put back")
+    # numbers the model changed inside a sentence put back as the source wrote them, where
+    # as many changed as went missing (seq2seq.translation.numbers); off: the model's own output
+    restore_numbers: bool = option(True, "put back numbers the model changed inside a sentence "
+                                   "(default {default}; the flag turns it off)")
     # a sentence longer than this (source subwords) is cut at clauses before translation:
     # training drops longer pairs (DataConfig.max_len 128, bos/eos included), so no model saw one
     max_sentence_tokens: int = 126

@@ -129,6 +129,7 @@ NOT_HELD_BY_HF = {
     "split_sentences": "cutting texts into sentences happens before the model (Translator)",
     "max_sentence_tokens": "as split_sentences: clause cuts before the model",
     "skip_ratio": "flags outputs after the search; it changes none",
+    "restore_numbers": "puts numbers back after the search (Translator)",
 }
 
 

@@ -68,6 +68,9 @@ class DecodingOptions(BaseModel):
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
     no_split: StrictBool = Field(False, description="translate each text as one sentence "
                                  "(default: cut into sentences, translated, put back together)")
+    no_restore_numbers: StrictBool = Field(False, description="the model's own numbers (default: "
+                                           "numbers it changed in a sentence put back as the "
+                                           "source wrote them)")
 
     @field_validator("lenpen", "max_len_a", "patience", "temperature", "topp", mode="before")
     @classmethod
@@ -112,7 +115,8 @@ class AttentionRequest(DecodingOptions):
 # The request field of each option (a DecodingConfig field, or another name a message
 # gives), where it is not the field's own name: seq2seq-translate's flags, with underscores.
 JSON_NAMES = {"method": "sample", "beam_size": "beam", "alpha": "lenpen", "top_k": "topk",
-              "top_p": "topp", "split_sentences": "no_split"}
+              "top_p": "topp", "split_sentences": "no_split",
+              "restore_numbers": "no_restore_numbers"}
 SERVER_OPTIONS = ("max_tokens",)  # the server's (ServeConfig.max_batch_tokens), not a request's
 
 
@@ -133,6 +137,7 @@ def decoding_for(options: DecodingOptions, cfg: ServeConfig) -> DecodingConfig:
              if f.name not in SERVER_OPTIONS}
     given["method"] = "sample" if options.sample else None  # flags alone: true or not given
     given["split_sentences"] = False if options.no_split else None
+    given["restore_numbers"] = False if options.no_restore_numbers else None
     decoding = decoding_from_options({**given, "max_tokens": cfg.max_batch_tokens})
     if decoding.method == "beam" and decoding.beam_size > cfg.max_beam:
         raise ValueError(f"beam {decoding.beam_size}: this server allows at most {cfg.max_beam}")

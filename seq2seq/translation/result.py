@@ -3,13 +3,11 @@ checks that flag an output (``output_flags``)."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections import Counter
 from dataclasses import dataclass, field
 
 from seq2seq.config import DecodingConfig
 from seq2seq.model import Attentions
+from seq2seq.translation.numbers import missing_numbers
 
 
 @dataclass
@@ -44,19 +42,6 @@ def skipped(src: str, hyp: str, decoding: DecodingConfig) -> bool:
     without spaces: Chinese, Japanese)."""
     n_src = len(src.split())
     return n_src >= SKIP_MIN_WORDS and len(hyp.split()) < decoding.skip_ratio * n_src
-
-
-def _numbers(text: str) -> Counter:
-    """The digit runs of ``text`` (any script's digits, as ASCII, leading zeros dropped):
-    ``3,50`` and ``3.50`` both hold 3 and 50, so a decimal comma's translation matches."""
-    return Counter("".join(str(unicodedata.decimal(c)) for c in run).lstrip("0") or "0"
-                   for run in re.findall(r"\d+", text))
-
-
-def missing_numbers(src: str, hyp: str) -> bool:
-    """Whether a number of ``src`` is not in ``hyp`` (as many times): dropped or changed
-    (``2,50 Euro`` -> ``20s``), or written as a word (``2`` -> ``two``)."""
-    return bool(_numbers(src) - _numbers(hyp))
 
 
 def output_flags(src: str, hyp: str, decoding: DecodingConfig) -> list[str]:

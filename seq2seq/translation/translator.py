@@ -45,6 +45,7 @@ from seq2seq.model import Seq2Seq
 from seq2seq.model.inference import compiled, compute
 from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.translation import paragraphs
+from seq2seq.translation.numbers import restore_numbers
 from seq2seq.translation.result import TranslationResult, output_flags
 
 
@@ -365,6 +366,8 @@ class Translator:
         for row, i in enumerate(batch):
             hyps = out.hypotheses[row]
             texts_n = tgt.decode([h.tokens for h in hyps])
+            if self.decoding.restore_numbers:
+                texts_n = [restore_numbers(texts[i], t) for t in texts_n]
             best = hyps[0]
             r = TranslationResult(texts[i], texts_n[0], best.normalized, best.score,
                                   [(s, h.normalized) for s, h in zip(texts_n, hyps)],

@@ -124,7 +124,7 @@ VARIANTS = {
     "max_len_a": 2.0, "max_len_b": 20, "min_len": 2, "no_repeat_ngram_size": 3,
     "stopping": "exact", "patience": 2.0, "temperature": 0.7, "top_k": 10, "top_p": 0.9,
     "seed": 1, "max_tokens": 100, "split_sentences": False, "max_sentence_tokens": 50,
-    "skip_ratio": 0.3,
+    "skip_ratio": 0.3, "restore_numbers": False,
 }
 
 
