@@ -13,7 +13,8 @@ full calls under load (throughput approaches offline batching). Calls run on one
 thread (the model is not shared between threads; torch parallelises inside the call).
 
 A request whose future is done (its client hung up, or its time ran out) is dropped before
-its next piece. The first request of an idle batcher waits ``window_s`` for others to join.
+its next piece. The first request of an idle batcher waits ``window_s`` for others to join
+(the server's default is 0: requests arriving while a call runs share the next call anyway).
 A call that raises is retried piece by piece, so one bad request fails alone.
 
 Admission (with ``timeout_s``): turns are fair, so under overload every request slows down

@@ -273,6 +273,36 @@ def test_the_model_runs_off_the_event_loop():
     assert asyncio.run(scenario()) == ["x"]
 
 
+def test_requests_arriving_during_a_call_share_the_next_one():
+    """With no window (the server's default) a request to an idle batcher starts at once,
+    and requests that arrive while its call runs are merged into the next call."""
+    assert ServeConfig().window_ms == 0
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def work(texts):
+        calls.append(list(texts))
+        started.set()
+        if not release.wait(10):
+            raise TimeoutError("never released")
+        return texts
+
+    async def scenario():
+        batcher = MicroBatcher(window_s=0.0, max_cost=100)
+        await batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.submit("k", ["a"], [1], work))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+            later = [asyncio.ensure_future(batcher.submit("k", [t], [1], work)) for t in "bcd"]
+            await asyncio.sleep(0.05)
+            release.set()
+            return await asyncio.wait_for(asyncio.gather(first, *later), 10)
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(scenario()) == [["a"], ["b"], ["c"], ["d"]]
+    assert calls == [["a"], ["b", "c", "d"]]
+
+
 def test_a_failing_request_fails_alone():
     """One request whose work raises in a merged call: the others still get their results."""
 
