@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
-from seq2seq.documents.align import Aligned, project_point, project_range
+from seq2seq.documents.align import Aligned
+from seq2seq.translation.alignment import project_point, project_range
 from seq2seq.translation.segment import spacer, strip_span
 
 Splitter = Callable[[str], list[tuple[int, int]]]  # text -> sentence character spans
@@ -322,7 +323,7 @@ def _outside(source: str, unit: tuple[int, int], words: tuple[int, int], target:
     sentence ``unit``), cut where the element's edge cut a word from its punctuation in
     the source: ``<a>Park</a>.`` keeps the full stop out of the link and ``Park<b>.</b>``
     keeps the word out of the bold, whether a target word carried both or the model
-    aligned them together (an alignment's words are whole: ``align.snap``)."""
+    aligned them together (an alignment's words are whole: ``alignment.snap``)."""
     (s, e), (a, b), (x, y) = unit, words, got
     if b < e and _mark(source[b - 1]) != _mark(source[b]) and not source[b].isspace():
         keep = _mark(source[b - 1])

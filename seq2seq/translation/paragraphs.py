@@ -53,9 +53,16 @@ class Plan:
 def _spans(text: str, lang: str | None, lengths: Callable[[list[str]], list[int]],
            limit: int) -> tuple[list[tuple[int, int]], bool]:
     """Sentence spans of ``text``, those over ``limit`` tokens cut further at clauses, a
-    clause still over it at words; and whether that last cut was needed."""
-    spans = sentence_spans(text, lang)
+    clause still over it at words; and whether that last cut was needed. A sentence holds
+    the links in its middle (the Translator cuts them out) unless it is over the limit:
+    then it is cut at them first, so no cut falls inside a link."""
+    spans = sentence_spans(text, lang, links_inside=True)
     sizes = lengths([text[a:b] for a, b in spans])
+    if any(size > limit for size in sizes):
+        at_links = sentence_spans(text, lang)
+        spans = [s for (a, b), size in zip(spans, sizes) for s in (
+            [(a, b)] if size <= limit else [(x, y) for x, y in at_links if a <= x and y <= b])]
+        sizes = lengths([text[a:b] for a, b in spans])
     out: list[tuple[int, int]] = []
     cut = False
 

@@ -56,6 +56,40 @@ def links(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return out
 
 
+_CLOSERS = "\"')]}»”’›"
+_FINAL = ".!?…。！？"
+
+
+def joins(text: str, end: int, start: int) -> bool:
+    """Whether the sentences ending at ``end`` and starting at ``start`` are one sentence
+    with links between them (``Siehe https://x.org für mehr.``): only links and spaces
+    between, and the first one not ended (no full stop, question or exclamation mark)."""
+    last = text[:end].rstrip(_CLOSERS)
+    if not last or last[-1] in _FINAL:
+        return False
+    pos, found = end, False
+    for a, b in links(text, end, start):
+        if text[pos:a].strip():
+            return False
+        pos, found = b, True
+    return found and not text[pos:start].strip()
+
+
+def holes(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """``text`` without the links inside it (words before and after each), for a model,
+    and each link with where it stood in that text: ``("Siehe für mehr.", [(5, " https://x.org")])``.
+    A link at either end is kept (a sentence never starts or ends with one)."""
+    kept, out, pos = [], [], 0
+    for a, b in links(text, 0, len(text)):
+        if not text[:a].strip() or not text[b:].strip():
+            continue
+        lead = len(text[pos:a]) - len(text[pos:a].rstrip())  # the spaces before the link go with it
+        kept.append(text[pos:a - lead])
+        out.append((sum(map(len, kept)), text[a - lead:b]))
+        pos = b
+    return "".join(kept) + text[pos:], out
+
+
 def _edge(c: str) -> bool:
     """A character kept at a sentence's ends: a symbol or emoji (Unicode S*), a bullet, a
     dash, or a mark that joins or modifies them (ZWJ, variation selectors, keycaps)."""

@@ -3,11 +3,16 @@ checks that flag an output (``output_flags``)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seq2seq.config import DecodingConfig
 from seq2seq.model import Attentions
 from seq2seq.translation.numbers import missing_numbers
+
+if TYPE_CHECKING:
+    from seq2seq.decoding.search import Hypothesis
 
 
 @dataclass
@@ -48,3 +53,11 @@ def output_flags(src: str, hyp: str, decoding: DecodingConfig) -> list[str]:
     """The flags an output of one model call gets from its source: ``"skipped"``,
     ``"numbers"``."""
     return ["skipped"] * skipped(src, hyp, decoding) + ["numbers"] * missing_numbers(src, hyp)
+
+
+def confidence(hyp: Hypothesis) -> float:
+    """How sure the model is of an output, whatever the length penalty that ranked it: the
+    geometric mean of its token probabilities, ``exp(score / (|tokens| + 1))`` (EOS counts).
+    The shipped De->En model: median 0.75 on Multi30k val (95% above 0.48 greedy, 0.57 beam
+    5), 0.25-0.48 on everyday sentences unlike its captions."""
+    return math.exp(hyp.score / (len(hyp.tokens) + 1))

@@ -9,7 +9,9 @@
   abbreviation (Moses' lists, as ``sentence-splitter`` ships them) ends a sentence before
   a number or a lowercase word (sentencex's German and Czech rules never end one there).
 - What is not language (``passthrough``: list markers, numbers alone, symbols, URLs)
-  is left out of the sentences, so it stays in the gaps, verbatim.
+  is left out of the sentences, so it stays in the gaps, verbatim; for texts, a link in
+  mid-sentence (words on both sides, the words before it not ended) stays in its sentence,
+  and the ``Translator`` cuts it out for the model and puts it back by the alignment.
 - Spans never include the whitespace around a sentence: :func:`split_text` keeps it in the
   gaps, so ``Segments.join`` of the translations puts spaces, line breaks and blank lines
   back where they were, and ``join`` of the sentences themselves is the input, exactly.
@@ -136,18 +138,25 @@ def _between_links(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [*out, (start, end)]
 
 
-def sentence_spans(text: str, lang: str | None = None) -> list[tuple[int, int]]:
+def sentence_spans(text: str, lang: str | None = None,
+                   links_inside: bool = False) -> list[tuple[int, int]]:
     """``(start, end)`` character offsets of the sentences of ``text`` in ``lang`` (an ISO
     639-1 code; ``None`` for English rules), in order, never overlapping, without the
     whitespace around them and without what is not language (``passthrough``); a line
-    break always ends a sentence; blank lines hold none."""
+    break always ends a sentence; blank lines hold none. ``links_inside``: a link in
+    mid-sentence stays in its sentence (``passthrough.joins``) for a translator that cuts
+    it out and puts it back (``Translator``); else it cuts the sentence (documents, whose
+    markup follows the words by the alignment of the words as they were cut)."""
     spans: list[tuple[int, int]] = []
     for line in _line_spans(text):
         for start, end in _between_links(text, *line):
             start, end = strip_span(text, start, end)
             for span in _line_sentences(text, start, end, lang or "en") if start < end else []:
                 kept = passthrough.language(text, *span)
-                spans += [kept] if kept else []
+                if kept and links_inside and spans and passthrough.joins(text, spans[-1][1], kept[0]):
+                    spans[-1] = (spans[-1][0], kept[1])  # a link in mid-sentence: one sentence
+                elif kept:
+                    spans.append(kept)
     return spans
 
 

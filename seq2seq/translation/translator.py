@@ -6,7 +6,8 @@ Used by the CLI, evaluation and validation during training. Policies:
   longest batch first; results come back in input order.
 - Each text is cut into sentences and put back together (``paragraphs``; off with
   ``decoding.split_sentences = False``); what is not language (list markers, numbers alone,
-  symbols, URLs: ``passthrough``) comes back as it is, never sent to the model.
+  symbols, URLs: ``passthrough``) comes back as it is, never sent to the model; a link in
+  mid-sentence is cut out of it and put back by the alignment (``alignment.put_back``).
 - Empty or whitespace-only lines translate to ``""`` without a model call (so does a line
   whose text the tokenizer reduces to nothing).
 - An output with far fewer words than its source is flagged ``"skipped"``, one missing a
@@ -21,7 +22,6 @@ Used by the CLI, evaluation and validation during training. Policies:
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -38,15 +38,16 @@ from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.rules import length_limits, truncate_source
-from seq2seq.decoding.search import Hypothesis, search
+from seq2seq.decoding.search import search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq
 from seq2seq.model.inference import compiled, compute
 from seq2seq.model.inference.shortlist import Shortlist
-from seq2seq.translation import paragraphs
+from seq2seq.translation import paragraphs, passthrough
+from seq2seq.translation.alignment import put_back
 from seq2seq.translation.numbers import restore_numbers
-from seq2seq.translation.result import TranslationResult, output_flags
+from seq2seq.translation.result import TranslationResult, confidence, output_flags
 
 
 def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
@@ -286,12 +287,19 @@ class Translator:
 
     def _translate_lines(self, texts: list[str], need_attention: bool, progress: bool,
                          tag: _Tag) -> list[TranslationResult]:
-        """Each text as one model input (blank text: ``""`` without a model call)."""
-        ids, cut = self._source_ids(texts, tag)
+        """Each text as one model input (blank text: ``""`` without a model call). Without
+        ``need_attention``, links inside a text never reach the model: they are cut out,
+        and put back by the alignment (those texts are translated with attention)."""
+        cut_out = [passthrough.holes(t) if not need_attention else (t, []) for t in texts]
+        model_texts = [m for m, _ in cut_out]
+        ids, cut = self._source_ids(model_texts, tag)
         results = [TranslationResult(t, "", 0.0, 0.0, [("", 0.0)]) for t in texts]
         todo = [i for i, s in enumerate(ids) if s]
         if not todo:
             return results
+        holed = [i for i in todo if cut_out[i][1]]  # attention for these: it puts their links back
+        runs = [(b, attention or need_attention) for attention in (False, True)
+                for b in self._batches([i for i in todo if bool(cut_out[i][1]) == attention], ids)]
         # dropout off, and whatever the caller had put back; only when some module trains:
         # eval() walks every module, ~2 ms of a one-sentence call
         was_training = [m for m in self.model.modules() if m.training]
@@ -300,12 +308,14 @@ class Translator:
         try:
             with torch.inference_mode():
                 generator = self._generator()
-                for batch in _progress(list(self._batches(todo, ids)), progress):
+                for batch, attention in _progress(runs, progress):
                     runtime.tick()  # follow the machine's load in a long file
-                    self._run(batch, texts, ids, results, need_attention, generator, tag)
+                    self._run(batch, model_texts, ids, results, attention, generator, tag)
         finally:
             for m in was_training:
                 m.training = True
+        for i in holed:
+            results[i] = put_back(results[i], texts[i], cut_out[i][1])
         for i in cut:
             results[i].flags.append("truncated")
         return results
@@ -344,7 +354,7 @@ class Translator:
 
     def _batches(self, todo: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
         """Indices of ``todo`` packed within ``max_tokens`` padded source tokens (+ EOS)."""
-        for batch in token_batches([len(ids[i]) + 1 for i in todo], self.decoding.max_tokens):
+        for batch in [] if not todo else token_batches([len(ids[i]) + 1 for i in todo], self.decoding.max_tokens):
             yield [todo[j] for j in batch.tolist()]
 
     def _generator(self) -> torch.Generator | None:
@@ -378,14 +388,6 @@ class Translator:
                 r.src_pieces = self.tokenizers.src.id_to_piece(src[row][src[row] != cfg.pad_id].tolist())
                 r.tgt_pieces = tgt.id_to_piece(best.tokens) + ["</s>"]
             results[i] = r
-
-
-def confidence(hyp: Hypothesis) -> float:
-    """How sure the model is of an output, whatever the length penalty that ranked it: the
-    geometric mean of its token probabilities, ``exp(score / (|tokens| + 1))`` (EOS counts).
-    The shipped De->En model: median 0.75 on Multi30k val (95% above 0.48 greedy, 0.57 beam
-    5), 0.25-0.48 on everyday sentences unlike its captions."""
-    return math.exp(hyp.score / (len(hyp.tokens) + 1))
 
 
 def _progress(batches: list, enabled: bool):

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stand_ins import TOKEN, Fake, split
 
-from seq2seq.documents.align import Aligned, piece_spans, project_range, snap
 from seq2seq.documents.html import parse, translate_html
 from seq2seq.documents.inline import units
+from seq2seq.translation.alignment import Aligned, piece_spans, project_range, snap
 from seq2seq.translation.segment import strip_span
 
 TAG = re.compile(r"<[^>]*>")

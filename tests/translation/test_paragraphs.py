@@ -17,6 +17,7 @@ from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig
 from seq2seq.data.batch import collate_src
 from seq2seq.decoding.search import search
+from seq2seq.model import Attentions
 from seq2seq.translation import translator as translator_module
 from seq2seq.translation.result import TranslationResult, missing_numbers
 from seq2seq.translation.segment import split_text
@@ -170,23 +171,37 @@ def test_a_clause_over_the_limit_is_cut_at_words_and_flagged(shipped, monkeypatc
 IDENTITY_TEXTS = st.lists(st.sampled_from(
     ["1. ", "- ", "😀", " 👍 ", "♪", "2024", "12 %", " https://example.com/a?b=1 ", "我爱你。",
      "你好！", "Ein Hund läuft.", " ein hund läuft. ", "Zwei Männer, ", "\n", "  ", "x" * 80,
-     "ca. ", "3.50"]), max_size=12).map("".join)
+     "ca. ", "3.50", "Eine Frau liest ", "mit ihm.", "  im Park."]), max_size=12).map("".join)
+
+
+def identity_result(text: str, need_attention: bool) -> TranslationResult:
+    """``text`` as its own translation; with attention, each word (and ``</s>``) aligned to itself."""
+    pieces = ["\u2581" + w for w in text.split()] + ["</s>"]
+    attention = None
+    if need_attention:
+        eye = torch.eye(len(pieces))[None, None]  # (B=1, H=1, L, S)
+        attention = Attentions([], [], [eye])
+    return TranslationResult(text, text, 0.0, 0.0, [(text, 0.0)], pieces, pieces, attention, tokens=1)
 
 
 @settings(max_examples=150, deadline=None)
 @given(IDENTITY_TEXTS, st.integers(2, 126))
 @example("我爱你。你好！真的？", 126)
+@example("Eine Frau liest  https://example.com/a?b=1 https://example.com/a?b=1   mit ihm.\n", 126)
+@example("Eine Frau liest  https://example.com/a?b=1 mit ihm." * 3, 6)
 def test_an_identity_model_gives_every_text_back(shipped, texts, limit):
-    """Cut, kept, put back: with a model that returns its source, the Translator's output
-    is its input, whatever was kept, cut at clauses or words, or joined across CJK; and the
+    """Cut, kept, put back: with a model that returns its source (each word aligned to
+    itself), the Translator's output is its input, whatever was kept, cut at clauses or
+    words, joined across CJK, or cut out of a sentence and put back (a link); and the
     model only ever gets language (a letter, no URL) within the sentence limit."""
     asked = []
 
-    def identity(self, texts, need_attention, progress, tag):
-        asked.extend(texts)
-        return [TranslationResult(t, t, 0.0, 0.0, [(t, 0.0)], tokens=1) for t in texts]
+    def identity(self, batch, texts, ids, results, need_attention, generator, tag):
+        for i in batch:
+            asked.append(texts[i])
+            results[i] = identity_result(texts[i], need_attention)
     patch = pytest.MonkeyPatch()
-    patch.setattr(Translator, "_translate_lines", identity)
+    patch.setattr(Translator, "_run", identity)
     try:
         t = Translator(shipped.model, shipped.tokenizers, DecodingConfig(
             max_sentence_tokens=limit), None, None, shipped.pair)
@@ -196,6 +211,20 @@ def test_an_identity_model_gives_every_text_back(shipped, texts, limit):
     assert got == (texts if texts.strip() else "")
     assert all(any(c.isalpha() for c in piece) and "https://" not in piece for piece in asked)
     assert all(n <= limit for n in t._lengths(asked))
+
+
+def test_a_link_in_mid_sentence_stays_in_its_sentence(shipped):
+    """The sentence around a link is translated whole, without the link (the model never
+    sees it), and the link goes back between its words; a link after a sentence's end
+    stays between the sentences."""
+    url = "https://example.com/a.b?x=1"
+    inner, bare, outer = shipped.translate_full([f"Ein Mann besucht {url} mit seinem Hund.",
+                                                 "Ein Mann besucht mit seinem Hund.",
+                                                 f"Ein Mann läuft. {url} Ein Hund schläft."])
+    assert inner.hyp.count(url) == 1 and inner.hyp.replace(" " + url, "") == bare.hyp
+    assert not inner.hyp.startswith(url) and not inner.hyp.rstrip(".").endswith(url)
+    assert inner.attention is None and inner.src == f"Ein Mann besucht {url} mit seinem Hund."
+    assert f". {url} " in outer.hyp
 
 
 def test_list_markers_numbers_and_symbols_pass_through(shipped):
