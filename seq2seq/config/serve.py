@@ -24,8 +24,8 @@ class ServeConfig:
     # requests arriving within window_ms of the first one to an idle server share its model
     # call (of at most call_work, below); those arriving while a call runs share the next one
     # whatever the window. 0: a lone request starts at once (one client, one sentence at a
-    # time on 2 cores: p50 20-23 ms against 26-31 ms with 5; 32 clients: the same 40 model
-    # calls for 640 requests either way). A call pads its texts into batches of at most
+    # time on 2 cores: p50 22.3-22.6 ms against 31.3-34.8 ms with 5; 32 clients: 40 and 41
+    # model calls for 640 requests, docs/serving.md). A call pads its texts into batches of at most
     # max_batch_tokens source tokens (+ EOS each: the Translator's max_tokens)
     window_ms: float = 0.0
     max_batch_tokens: int = 2000
