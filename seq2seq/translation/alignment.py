@@ -105,9 +105,10 @@ _TAIL = ".!?…。！？\"')]}»”’›"  # a sentence's closing marks: a link
 
 
 def _insert(hyp: str, pos: int, link: str) -> str:
-    """``link`` (with the spaces it had before it) into ``hyp`` before the word at ``pos``."""
-    if pos <= 0:
-        return link.lstrip() + " " + hyp
+    """``link`` (with the spaces it had before it) into ``hyp`` before the word at ``pos``;
+    never before the first word (the link had words before it)."""
+    words = hyp.split(maxsplit=1)
+    pos = max(pos, len(hyp) - len(words[1]) if len(words) > 1 else len(hyp))
     if pos >= len(hyp):
         end = len(hyp.rstrip(_TAIL))
         return hyp[:end] + link + hyp[end:]

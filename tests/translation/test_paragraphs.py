@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import multi30k_lines
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -225,6 +226,32 @@ def test_a_link_in_mid_sentence_stays_in_its_sentence(shipped):
     assert not inner.hyp.startswith(url) and not inner.hyp.rstrip(".").endswith(url)
     assert inner.attention is None and inner.src == f"Ein Mann besucht {url} mit seinem Hund."
     assert f". {url} " in outer.hyp
+
+
+LINK_POOL = [s for s in multi30k_lines("de", 60, "test_2016_flickr") if len(s.split()) >= 4]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(LINK_POOL), st.integers(1, 100)), min_size=1, max_size=6),
+       st.sampled_from(["greedy", "beam"]))
+def test_links_cut_out_leave_the_rest_as_the_model_translates_it(shipped, rows, method):
+    """Generated batches (one sentence included): each sentence gets a link after one of
+    its inner words; the translations, without their links, are the translations of the
+    sentences without links (the same batches, attention taken after the search), and
+    each holds its link once, inside."""
+    url = "https://example.org/x?y=1"
+    texts, bare = [], []
+    for sentence, k in rows:
+        words = sentence.split()
+        at = 1 + k % (len(words) - 2)  # after word `at`: words on both sides, the first not ended
+        texts.append(" ".join(words[:at] + [url] + words[at:]))
+        bare.append(sentence)
+    t = Translator(shipped.model, shipped.tokenizers, DecodingConfig(method=method, beam_size=2),
+                   None, None, shipped.pair)
+    got, expected = t.translate(texts), t.translate(bare)
+    for out, want in zip(got, expected):
+        assert out.count(url) == 1 and out.replace(" " + url, "", 1) == want
+        assert out.strip().split()[0] != url
 
 
 def test_list_markers_numbers_and_symbols_pass_through(shipped):
