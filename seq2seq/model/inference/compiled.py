@@ -46,6 +46,13 @@ ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"
 # A package's step against the eager one at load (states after the final norm, ~1): the
 # compiled kernels sum in another order (~3e-6 apart); a wrong graph or input is off by ~1.
 CHECK_TOLERANCE = 1e-4
+# How Inductor builds the package (part of its cache key). Its C++ GEMM template, chosen per
+# matmul against ATen's by timing both at compile time, and no attention pattern rewritten to
+# SDPA (whose flash kernel costs more than the step's own bmm at one query): the step at
+# 1 / 5 / 64 / 200 decoder rows took 95 / 227 / 2,227 / 7,835 us against 227 / 452 / 2,604 /
+# 8,335 us with Inductor's defaults (1 thread, 2-core AMD EPYC AVX-512, De->En Tiny).
+INDUCTOR_CONFIGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                    "pattern_matcher": False}
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -182,7 +189,8 @@ def package(model, group: int, path: Path, made_for: dict) -> None:
         with warnings.catch_warnings():  # torch's own deprecations, not the user's business
             warnings.simplefilter("ignore")
             ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
-            torch._inductor.aoti_compile_and_package(ep, package_path=tmp)
+            torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
+                                                     inductor_configs=INDUCTOR_CONFIGS)
         os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
         made_for = {**made_for, "sha256": file_sha256(Path(tmp))}
         os.replace(tmp, path)
@@ -226,7 +234,8 @@ class CompiledStep:
     first use; ``None`` from a call: decode eagerly (it failed once, said so once)."""
 
     def __init__(self, model):
-        self.key = " ".join([weights_digest(model), torch.__version__, cpu_isa()])
+        self.key = " ".join([weights_digest(model), torch.__version__, cpu_isa(),
+                             json.dumps(INDUCTOR_CONFIGS, sort_keys=True)])
         self.loaders: dict[int, object] = {}
         self.failed = False
         self.pos = torch.empty(model.tgt_embed.positions.shape[0])  # its first P+1: a size
