@@ -16,8 +16,7 @@ Used by the CLI, evaluation and validation during training. Policies:
   threshold, ``seq2seq-calibrate``) ``"unsure"`` (``TranslationResult.flags``).
 - A source longer than the model accepts is truncated to ``max_positions - 1`` tokens, with
   one warning per call naming how many lines were cut; it never crashes.
-- Control characters and emoji go through SentencePiece like any text (unknown pieces
-  become ``<unk>``).
+- Control characters and emoji go through SentencePiece like any text (unknown: ``<unk>``).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq
 from seq2seq.model.inference import compiled, compute
 from seq2seq.model.inference.shortlist import Shortlist
+from seq2seq.model.members import Members
 from seq2seq.translation import paragraphs, passthrough
 from seq2seq.translation.alignment import put_back
 from seq2seq.translation.numbers import restore_numbers
@@ -111,6 +111,7 @@ class Translator:
                  pair: tuple[str | None, str | None] = (None, None),
                  calibration: dict | None = None):
         self.model = model if device is None else model.to(device)
+        self.members = Members(self.model)  # listed once: a one-sentence call walked them
         self.tokenizers = tokenizers
         self.decoding = decoding or DecodingConfig()
         self.directions = directions
@@ -300,9 +301,8 @@ class Translator:
         holed = [i for i in todo if cut_out[i][1]]  # attention for these: it puts their links back
         runs = [(b, attention or need_attention) for attention in (False, True)
                 for b in self._batches([i for i in todo if bool(cut_out[i][1]) == attention], ids)]
-        # dropout off, and whatever the caller had put back; only when some module trains:
-        # eval() walks every module, ~2 ms of a one-sentence call
-        was_training = [m for m in self.model.modules() if m.training]
+        # dropout off, and whatever the caller had put back (eval() would cost ~2 ms)
+        was_training = [m for m in self.members.modules() if m.training]
         for m in was_training:
             m.training = False
         try:

@@ -172,9 +172,10 @@ def test_distill_writes_the_reference_lines(search, tmp_path):
 
 # ------------------------------------------------------------------ other numbers
 # Measured on the first 200 test_2016_flickr lines, greedy (docs/translation.md): the share of
-# lines equal to float32's and the BLEU difference. The bounds leave room for another CPU's
-# kernels, not for a wrong path (which agrees on a few percent of lines).
-AGREEMENT = {"int8": (0.80, 1.0), "bfloat16": (0.80, 1.0), "shortlist": (0.95, 0.5)}
+# lines equal to float32's and the BLEU difference (int8: 90.5% with AVX-512 VNNI, 78.0%
+# with AVX2 only). The bounds leave room for another CPU's kernels, not for a wrong path
+# (which agrees on a few percent of lines).
+AGREEMENT = {"int8": (0.70, 1.0), "bfloat16": (0.80, 1.0), "shortlist": (0.95, 0.5)}
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +190,10 @@ def shortlisted(tmp_path_factory):
 
 @pytest.mark.parametrize("path", list(AGREEMENT))
 def test_other_numbers_agree_within_their_measured_bounds(path, shortlisted):
+    from seq2seq.model.inference.compute import native_bf16
+
+    if path == "bfloat16" and not native_bf16():
+        pytest.skip("this CPU has no native bfloat16 (the compute type refuses it)")
     texts, targets = POOL, multi30k_lines("en", len(POOL), "test_2016_flickr")
     translator = (Translator.from_checkpoint(shortlisted, SEARCHES["greedy"], shortlist=True)
                   if path == "shortlist" else

@@ -50,7 +50,7 @@ CHECK_TOLERANCE = 1e-4
 # matmul against ATen's by timing both at compile time, and no attention pattern rewritten to
 # SDPA (whose flash kernel costs more than the step's own bmm at one query): the step at
 # 1 / 5 / 64 / 200 decoder rows took 95 / 227 / 2,227 / 7,835 us against 227 / 452 / 2,604 /
-# 8,335 us with Inductor's defaults (1 thread, 2-core AMD EPYC AVX-512, De->En Tiny).
+# 8,335 us with Inductor's defaults (1 thread, 2-core AMD EPYC with AVX2, De->En Tiny).
 INDUCTOR_CONFIGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                     "pattern_matcher": False}
 

@@ -43,6 +43,7 @@ from seq2seq.model.cache import DecoderCache
 from seq2seq.model.inference.compute import Weights
 from seq2seq.model.inference.packed import prepare_linear
 from seq2seq.model.layers import DecoderLayer, Embedding, Linear, MultiHeadAttention, linear
+from seq2seq.model.members import Members
 from seq2seq.model.norms import Residual
 from seq2seq.profiling import phase
 
@@ -139,9 +140,12 @@ class StepPlan:
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.layers: list[Projections] = []
+        self.members: Members | None = None  # the decoder's parameters, listed once
 
     def refresh(self, model) -> list[Projections]:
-        params = model.decoder.parameters()
+        if self.members is None or self.members.module is not model.decoder:
+            self.members = Members(model.decoder)
+        params = self.members.parameters()
         key = (model.inference.compute_type, *((p.data_ptr(), _version(p)) for p in params))
         if key != self.key:
             # normal tensors, not inference ones: a compute-type kernel reads their versions
@@ -154,7 +158,7 @@ class StepPlan:
         return StepPlan()  # a copy lays out its own weights when first used
 
     def __getstate__(self) -> dict:
-        return {"key": None, "layers": []}  # prepacked weights do not pickle
+        return {"key": None, "layers": [], "members": None}  # prepacked weights do not pickle
 
 
 def supported(model, cache: DecoderCache, L: int, want_weights: bool) -> bool:

@@ -76,6 +76,39 @@ def test_fused_step_equals_the_layers(arch, monkeypatch):
     torch.testing.assert_close(fused, layers, atol=1e-5, rtol=1e-5)
 
 
+def _new_parameter(model: Seq2Seq) -> None:
+    layer = model.decoder.layers[1].self_attn.w_q
+    layer.weight = nn.Parameter(torch.randn_like(layer.weight))
+
+
+def _new_module(model: Seq2Seq) -> None:
+    old = model.decoder.layers[0].ff.w2
+    model.decoder.layers[0].ff.w2 = type(old)(old.in_features, old.out_features)
+
+
+def _in_place(model: Seq2Seq) -> None:
+    state = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()
+             if k.startswith("decoder.") and v.is_floating_point()}
+    model.load_state_dict(state, strict=False)
+
+
+@pytest.mark.parametrize("change", [_new_parameter, _new_module, _in_place],
+                         ids=["a new parameter", "a new linear layer", "load_state_dict"])
+def test_fused_step_follows_weights_changed_after_first_use(change, monkeypatch):
+    """The step's laid-out weights (``StepPlan``, which lists the decoder's parameters once)
+    are laid out again however a weight changes between two caches."""
+    model = model_for()
+    src = torch.randint(4, VOCAB, (3, 6))
+    tokens = torch.randint(4, VOCAB, (3, 5))
+    with torch.no_grad():
+        run_steps(model, src, 1, tokens, {})  # the plan laid out for the old weights
+        change(model)
+        fused = run_steps(model, src, 1, tokens, {})
+        general(model, monkeypatch)
+        layers = run_steps(model, src, 1, tokens, {})
+    torch.testing.assert_close(fused, layers, atol=1e-5, rtol=1e-5)
+
+
 def test_fused_step_is_not_taken_where_it_does_not_apply(monkeypatch):
     """Training mode (dropout), RoPE, attention weights and multi-token chunks use the layers."""
     calls = []
