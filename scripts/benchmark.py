@@ -121,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
                     help="decode section: our and CTranslate2's rows at each of these compute "
                          "types, comma-separated from float32,int8,bfloat16 (default float32; "
                          "CTranslate2 int8 is always timed)")
+    ap.add_argument("--compile", action="store_true",
+                    help="decode section: also time ours with the compiled decoder step (greedy "
+                         "and beam with patience 1), its packages made before timing, once per "
+                         "machine")
     ap.add_argument("--peers", type=peers, default=DEFAULTS.peers,
                     help="decode section: the other engines to time, comma-separated from "
                          "hf,ct2 (default both; 'none' for ours only)")

@@ -51,6 +51,14 @@ def ours_specs(ckpt_path: str, beam_size: int) -> list[Row]:
                 {**base, "beam_size": beam_size, "stopping": "patience"})]
 
 
+def compiled_specs(ckpt_path: str, beam_size: int) -> list[Row]:
+    """Our greedy and patience-1 beam with the compiled decoder step (``--compile``)."""
+    base = {"engine": "ours", "checkpoint": ckpt_path, "compile": True}
+    return [Row("ours --compile", "greedy", base),
+            Row("ours --compile", f"beam {beam_size}, patience 1",
+                {**base, "beam_size": beam_size, "stopping": "patience"})]
+
+
 def refused(compute_type: str) -> str | None:
     """Why ``compute.prepare`` refuses ``compute_type`` on this machine (bfloat16 without
     native bf16, int8 without oneDNN's engine), or None."""
@@ -169,7 +177,7 @@ def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str
                    repeats: int = 3, threads: int = 1, max_tokens: Sequence[int] = (2000,),
                    beam_size: int = 5, force_length: int = 50, uncached_limit: int | None = 200,
                    compute_types: Sequence[str] = ("float32",), peers: Sequence[str] = ("hf", "ct2"),
-                   log: Log = print) -> dict:
+                   compile: bool = False, log: Log = print) -> dict:
     """The decode section, every row in its own process: rows (with ratios and targets) and
     notes. ``max_tokens``: the batch sizes each engine tries; a row reports its fastest."""
     from seq2seq.checkpoint import build_model
@@ -184,6 +192,7 @@ def bench_decoding(ckpt_path: str | os.PathLike, ckpt: dict, texts: Sequence[str
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as workdir:
         specs = [*ours_specs(ckpt_path, beam_size),
+                 *(compiled_specs(ckpt_path, beam_size) if compile else []),
                  *compute_specs(ckpt_path, beam_size, compute_types, skipped),
                  *(hf_specs(model, ckpt_path, beam_size, skipped) if "hf" in peers else []),
                  *(ct2_specs(model, src_vocab, tgt_vocab, beam_size, workdir, skipped, compute_types)

@@ -77,6 +77,10 @@ def build_engine(spec: dict):
     model = build_model(load_checkpoint(spec["checkpoint"]))
     model.inference.packed_output.enabled = spec.get("packed", True)  # the packed-projection lever, A/B
     compute.prepare(model, spec.get("compute_type", "float32"))
+    if spec.get("compile"):  # its package made (or loaded) here, before any timing
+        from seq2seq.model.inference import compiled
+        if not compiled.enable(model) or model.inference.compiled_step.prepare(model, beam) is None:
+            raise RuntimeError("the compiled decoder step is not available here (see above)")
     if kind == "ours":
         return ours_engine(model, beam, use_cache=spec.get("use_cache", True),
                            force_length=spec.get("force_length"),

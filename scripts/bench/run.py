@@ -76,6 +76,7 @@ class Options:
     decode_max_tokens: tuple[int, ...] = (1000, 2000, 4000)  # batch sizes each engine tries
     compute_types: tuple[str, ...] = ("float32",)  # ours and CTranslate2 at each (decode)
     peers: tuple[str, ...] = ("hf", "ct2")  # the other engines the decode section times
+    compile: bool = False  # the decode section also times ours with the compiled step
     beam_size: int = 5
     force_length: int = 50
     uncached_limit: int | None = 200
@@ -101,7 +102,8 @@ def decode_section(ckpt: dict, opts: Options, log: Log) -> dict:
                          threads=opts.threads, max_tokens=opts.decode_max_tokens,
                          beam_size=opts.beam_size, force_length=opts.force_length,
                          uncached_limit=opts.uncached_limit,
-                         compute_types=opts.compute_types, peers=opts.peers, log=log)
+                         compute_types=opts.compute_types, peers=opts.peers,
+                         compile=opts.compile, log=log)
     log("\n" + decode_table(res, f"Decoding: Multi30k {TEST_SPLIT} {pair(ckpt)}, {len(texts)} "
                             f"sentences, {opts.threads} thread(s)"))
     for row in res["rows"]:

@@ -241,6 +241,22 @@ def test_decoding_section_ratios_targets_and_agreement(ckpt_path, ckpt):
     json.dumps(res)
 
 
+@pytest.mark.slow
+def test_compiled_rows_decode_as_ours(ckpt_path, ckpt, tmp_path, monkeypatch):
+    """``--compile``'s rows: the compiled step in its own process gives ours's outputs (its
+    package made there before the timing) and is compared with ours as any peer is."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path))  # the child's packages
+    texts = E.read_test_sources(ckpt, DATA, limit=5)
+    res = D.bench_decoding(ckpt_path, ckpt, texts, repeats=1, max_tokens=(60,), beam_size=2,
+                           force_length=4, uncached_limit=1, peers=(), compile=True,
+                           log=lambda _: None)
+    rows = {(r["engine"], r["search"]): r for r in res["rows"] if r["set"] == "all"}
+    for search in ("greedy", "beam 2, patience 1"):
+        row = rows[("ours --compile", search)]
+        assert row["agree_pct"] == 100.0 and row["ours_over_this"] > 0
+    assert list(tmp_path.glob("compiled/step-*.pt2"))  # made in the children, cached
+
+
 def test_engines_share_each_batch_length_limit(ckpt):
     model = build_model(ckpt)
     ids = E.source_ids(E.read_test_sources(ckpt, DATA, limit=4), TokenizerPair.from_state(
