@@ -124,6 +124,11 @@ class Seq2Seq(nn.Module):
         """``src (B, S)`` -> memory ``(B, S, d_model)``."""
         if src_mask is None:
             src_mask = self.source_mask(src)
+        fast = self.inference.compiled_encoder  # --compile, small batches (compiled_encoder.py)
+        if fast is not None and weights is None and not self.training and not torch.is_grad_enabled():
+            memory = fast(self, src, src_mask)
+            if memory is not None:
+                return memory
         return self.encoder(self.src_embed(src), src_mask, weights)
 
     def init_cache(self, memory: Tensor, memory_mask: Tensor | None,

@@ -78,9 +78,12 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
                              "with -m NAME=PATH")
         translator = Translator.from_checkpoint(path, device=device, compute_type=compute_type,
                                                 shortlist=shortlist, compile=compile)
-        if compile and translator.model.inference.compiled_step is not None:
+        features = translator.model.inference
+        if compile and features.compiled_step is not None:  # packages made now, not in a request
             for group in (1, translator.decoding.beam_size):  # greedy, and the default beam
-                translator.model.inference.compiled_step.prepare(translator.model, group)
+                features.compiled_step.prepare(translator.model, group)
+            if features.compiled_encoder is not None:
+                features.compiled_encoder.prepare(translator.model)
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"

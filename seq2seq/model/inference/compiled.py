@@ -52,7 +52,9 @@ CHECK_TOLERANCE = 1e-4
 # 1 / 5 / 64 / 200 decoder rows took 95 / 227 / 2,227 / 7,835 us against 227 / 452 / 2,604 /
 # 8,335 us with Inductor's defaults (1 thread, 2-core AMD EPYC with AVX2, De->En Tiny).
 INDUCTOR_CONFIGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                    "pattern_matcher": False}
+                    "pattern_matcher": False,
+                    # the timings of that choice are Inductor's business, not the user's stderr
+                    "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -169,10 +171,7 @@ def manifest_path(path: Path) -> Path:
 
 
 def package(model, group: int, path: Path, made_for: dict) -> None:
-    """Export :class:`BufferStep` and compile it into ``path``, written atomically, then its
-    manifest (``made_for`` and the file's sha256): a crash between the two leaves a package
-    whose manifest does not match it, which is made again."""
-    import torch._inductor
+    """:class:`BufferStep` for ``group`` rows per memory row, compiled into ``path``."""
     from torch.export import Dim
 
     args = _example(model, group)
@@ -182,13 +181,23 @@ def package(model, group: int, path: Path, made_for: dict) -> None:
     dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
             "layouts": [({0: H * M, 2: S}, {0: H * M, 1: S}, {0: H * M, 2: S})] * len(args[2]),
             "pos": {0: P1}}
+    compile_into(BufferStep(model), args, dims, path, made_for)
+
+
+def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
+                 made_for: dict) -> None:
+    """Export ``module`` on ``args`` (``dims``: its dynamic dimensions) and compile it into
+    ``path``, written atomically, then its manifest (``made_for`` and the file's sha256): a
+    crash between the two leaves a package whose manifest does not match it, made again."""
+    import torch._inductor
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".pt2")
     os.close(fd)
     try:
         with warnings.catch_warnings():  # torch's own deprecations, not the user's business
             warnings.simplefilter("ignore")
-            ep = torch.export.export(BufferStep(model), args, dynamic_shapes=dims, strict=False)
+            ep = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
             torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
                                                      inductor_configs=INDUCTOR_CONFIGS)
         os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
@@ -229,6 +238,38 @@ def self_check(model, loader, group: int) -> float:
     return worst
 
 
+def load_or_compile(path: Path, made_for: dict, what: str, make, check):
+    """The package at ``path`` loaded (made first by ``make(path)`` if missing or
+    :func:`stale`), once ``check(loader)``, its largest difference from the eager
+    computation, is within ``CHECK_TOLERANCE``; raises otherwise."""
+    why = stale(path, made_for) if path.exists() else None
+    if why or not path.exists():
+        if why:
+            warnings.warn(FieldWarning("{compile}: the cached package {path} {why}; compiling it "
+                                       "again", path=path, why=why), stacklevel=3)
+        note(f"compiling {what} once (a C++ build: ~30 s on 2 idle cores, minutes on a busy "
+             f"machine), cached in {path.parent}")
+        start = time.perf_counter()
+        with torch.no_grad():
+            make(path)
+        note(f"compiled in {time.perf_counter() - start:.0f} s")
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+    with torch.no_grad():
+        worst = check(loader)
+    if not worst <= CHECK_TOLERANCE:
+        raise RuntimeError(f"it differs from the eager one by {worst:.2g} "
+                           f"(more than {CHECK_TOLERANCE:g})")
+    COUNTS["loaded"] += 1
+    return loader
+
+
+def failed(what: str, e: Exception, instead: str) -> None:
+    """One warning: ``what`` failed, ``instead`` from now on."""
+    why = " ".join(str(e).split())[:200]
+    warnings.warn(FieldWarning("{compile}: " + what + " failed ({kind}: {why}); " + instead,
+                               kind=type(e).__name__, why=why), stacklevel=4)
+
+
 class CompiledStep:
     """``decoder_step``'s signature over one package per group size, made or loaded on
     first use; ``None`` from a call: decode eagerly (it failed once, said so once)."""
@@ -255,38 +296,16 @@ class CompiledStep:
         return {"key": self.key, "group": group}
 
     def _load(self, model, group: int):
-        path = self.path(group)
+        what = "greedy search" if group == 1 else f"beam width {group}"
         try:
-            why = stale(path, self.made_for(group)) if path.exists() else None
-            if why or not path.exists():
-                self._compile(model, group, path, why)
-            loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
-            with torch.no_grad():
-                worst = self_check(model, loader, group)
-            if not worst <= CHECK_TOLERANCE:
-                raise RuntimeError(f"it differs from the eager step by {worst:.2g} "
-                                   f"(more than {CHECK_TOLERANCE:g})")
+            return load_or_compile(self.path(group), self.made_for(group), f"the decoder step "
+                                   f"for this model and {what}",
+                                   lambda path: package(model, group, path, self.made_for(group)),
+                                   lambda loader: self_check(model, loader, group))
         except Exception as e:  # noqa: BLE001 - any failure: eager decoding, one note
             self.failed = True
-            why = " ".join(str(e).split())[:200]
-            warnings.warn(FieldWarning("{compile}: the compiled decoder step failed ({kind}: "
-                                       "{why}); decoding eagerly", kind=type(e).__name__, why=why),
-                          stacklevel=2)
+            failed("the compiled decoder step", e, "decoding eagerly")
             return None
-        COUNTS["loaded"] += 1
-        return loader
-
-    def _compile(self, model, group: int, path: Path, why: str | None) -> None:
-        what = "greedy search" if group == 1 else f"beam width {group}"
-        if why:
-            warnings.warn(FieldWarning("{compile}: the cached package {path} {why}; compiling it "
-                                       "again", path=path, why=why), stacklevel=2)
-        note(f"compiling the decoder step for this model and {what} once (a C++ build: "
-             f"~30 s on 2 idle cores, minutes on a busy machine), cached in {path.parent}")
-        start = time.perf_counter()
-        with torch.no_grad():
-            package(model, group, path, self.made_for(group))
-        note(f"compiled in {time.perf_counter() - start:.0f} s")
 
     def __call__(self, model, tokens: Tensor, cache: DecoderCache) -> Tensor | None:
         """``tokens (R,)`` -> ``(R, 1, d_model)`` as ``step.decoder_step``, or None."""
@@ -304,11 +323,18 @@ class CompiledStep:
 
 
 def enable(model) -> bool:
-    """Give a float32 CPU ``model`` a compiled step (``model.inference.compiled_step``), used
-    by ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler."""
+    """Give a float32 CPU ``model`` a compiled step (``model.inference.compiled_step``, used
+    by ``Seq2Seq.decode_hidden``) and, where it applies, a compiled encoder for small
+    batches (``compiled_encoder``, used by ``Seq2Seq.encode``); False with one note when
+    there is no C++ compiler."""
+    from seq2seq.model.inference import compiled_encoder
+
     if cpp_compiler() is None:
         warnings.warn(FieldWarning("{compile}: no C++ compiler found (g++/clang++); decoding "
                                    "eagerly"), stacklevel=2)
         return False
     model.inference.compiled_step = CompiledStep(model)
+    if compiled_encoder.supported(model):
+        model.inference.compiled_encoder = compiled_encoder.CompiledEncoder(
+            model.inference.compiled_step.key)
     return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seq2seq.model.inference.compiled import CompiledStep
+from seq2seq.model.inference.compiled_encoder import CompiledEncoder
 from seq2seq.model.inference.packed import PackedProjection
 from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.model.inference.step import StepPlan
@@ -24,4 +25,5 @@ class Inference:
     step_plan: StepPlan = field(default_factory=StepPlan)  # the one-token step's linears
     packed_output: PackedProjection = field(default_factory=PackedProjection)  # not a weight
     compiled_step: CompiledStep | None = None  # --compile (compiled.enable)
+    compiled_encoder: CompiledEncoder | None = None  # --compile, small batches
     shortlist: Shortlist | None = None  # decode over each batch's candidates (shortlist.py)

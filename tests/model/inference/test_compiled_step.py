@@ -73,7 +73,7 @@ def test_second_model_loads_the_package_without_compiling(eager, cache):
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
     assert near_ties(translator.translate(TEXTS), eager["greedy"]) <= 1
     assert compiled.COUNTS["compiled"] == counts["compiled"]
-    assert compiled.COUNTS["loaded"] == counts["loaded"] + 1
+    assert compiled.COUNTS["loaded"] > counts["loaded"]  # the step's (and the encoder's if used)
     assert compiled.COUNTS["steps"] > counts["steps"]
 
 
@@ -97,13 +97,16 @@ def test_a_failed_compile_decodes_eagerly_with_one_note(eager, monkeypatch, tmp_
 
     def fail(*args):
         raise RuntimeError("C++ compile error\nsecond line")
-    monkeypatch.setattr(compiled, "package", fail)
+    monkeypatch.setattr(compiled, "compile_into", fail)
     code, out, err = _translate(["--compile"])
     assert code == 0 and out.splitlines() == eager["greedy"][:10]
     lines = err.splitlines()
-    assert len(lines) == 2 and "compiling the decoder step" in lines[0], err
+    assert len(lines) == 4, err  # each part: a note that it compiles, a warning that it failed
+    assert "compiling the decoder step" in err and "compiling the encoder" in err
+    assert "--compile: the compiled encoder failed (RuntimeError: C++ compile error " \
+           "second line); encoding eagerly" in err
     assert "--compile: the compiled decoder step failed (RuntimeError: C++ compile error " \
-           "second line); decoding eagerly" in lines[1]
+           "second line); decoding eagerly" in err
 
 
 @pytest.mark.parametrize("argv, models", [(["--compute-type", "int8"], 1), ([], 2)])
@@ -145,6 +148,35 @@ def test_cli_one_sentence_equals_eager():
     code, out, err = run_main(translate.main, ["-m", str(SHIPPED), "--compile", TEXTS[3]])
     assert code in (0, None), err
     differential.check_same("--compile CLI", TEXTS[3:4], out.splitlines(), "greedy")
+
+
+# ------------------------------------------------------------ the encoder, small batches
+def test_compiled_encoder_equals_the_layers_on_small_batches():
+    """Generated sources (1 to ``MAX_ROWS`` rows, lengths 1-40, padded rows): the compiled
+    encoder's memory is the eager encoder's; larger batches go through the layers."""
+    import torch
+
+    from seq2seq.model.inference import compiled_encoder as ce
+
+    translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
+    model, gen = translator.model, torch.Generator().manual_seed(3)
+    used = []
+    compiled_encoder = model.inference.compiled_encoder
+    with torch.inference_mode():
+        for rows in [1, 1, 2, 3, 3, ce.MAX_ROWS + 1]:
+            lengths = torch.randint(1, 41, (rows,), generator=gen)
+            src = torch.randint(4, model.arch.src_vocab_size, (rows, int(lengths.max())),
+                                generator=gen)
+            src[torch.arange(src.shape[1])[None, :] >= lengths[:, None]] = model.arch.pad_id
+            mask = model.source_mask(src)
+            fast = compiled_encoder(model, src, mask)
+            used.append(fast is not None)
+            want = model.encoder(model.src_embed(src), mask)
+            got = model.encode(src, mask)
+            torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+            if fast is not None:
+                torch.testing.assert_close(fast, want, atol=2e-5, rtol=1e-5)
+    assert used == [True] * 5 + [False]
 
 
 # ------------------------------------------------------------ a package that does not fit
@@ -206,16 +238,19 @@ def test_a_greedy_package_under_a_beam_name_is_compiled_again(cache, capsys):
 
 
 def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, capsys):
-    """The load-time check (one and three sentences against the eager step) turns any wrong
-    package into eager decoding with one note, before it translates anything."""
+    """The load-time check (one and three sentences against the eager step, and encoder)
+    turns any wrong package into eager decoding with one note each, before it translates
+    anything."""
     Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True).translate(TEXTS[:1])
     capsys.readouterr()
     monkeypatch.setattr(compiled, "CHECK_TOLERANCE", -1.0)
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
-    with pytest.warns(FieldWarning, match="differs from the eager step.*decoding eagerly") as notes:
-        differential.check_same("--compile refused", TEXTS[:5], translator.translate(TEXTS[:5]),
+    with pytest.warns(FieldWarning, match="differs from the eager one") as notes:
+        differential.check_same("--compile refused", TEXTS[:1], translator.translate(TEXTS[:1]),
                                 "greedy")
-    assert len(notes) == 1 and capsys.readouterr().err == ""
+    said = sorted(str(n.message).split(" failed")[0] for n in notes)
+    assert said == ["compile: the compiled decoder step", "compile: the compiled encoder"]
+    assert capsys.readouterr().err == ""
 
 
 def test_the_server_compiles_at_start_and_answers_as_eager(cache):
