@@ -19,7 +19,8 @@ from seq2seq.translation.translator import Translator
 pytestmark = pytest.mark.skipif(not PackedProjection().enabled, reason="no oneDNN in this torch")
 
 
-@pytest.mark.parametrize("rows, d, v, bias", [(1, 16, 50, False), (37, 128, 8000, False),
+@pytest.mark.parametrize("rows, d, v, bias", [(1, 16, 50, False), (1, 128, 8000, True),
+                                              (2, 128, 8000, False), (37, 128, 8000, False),
                                               (300, 64, 1000, True)])
 def test_packed_projection_equals_linear(rows, d, v, bias):
     torch.manual_seed(0)
@@ -33,15 +34,16 @@ def test_a_changed_weight_is_packed_again():
     torch.manual_seed(0)
     linear, x, packed = torch.nn.Linear(32, 100, bias=False), torch.randn(5, 32), PackedProjection()
     with torch.inference_mode():
-        before = packed(linear, x)
+        before, one = packed(linear, x), packed(linear, x[:1])  # the packed copy and W^T's
     with torch.no_grad():
         linear.weight.mul_(2.0)  # in place, same storage: only the version tells
     with torch.inference_mode():
         after = packed(linear, x)
+        torch.testing.assert_close(packed(linear, x[:1]), 2 * one, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-5)
     linear.weight = torch.nn.Parameter(torch.zeros(100, 32))  # another tensor
     with torch.inference_mode():
-        assert not packed(linear, x).any()
+        assert not packed(linear, x).any() and not packed(linear, x[:1]).any()
 
 
 def test_a_layer_made_under_inference_mode_is_packed():
