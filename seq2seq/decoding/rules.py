@@ -78,11 +78,13 @@ def never_output(pad: int, bos: int, device: torch.device) -> Tensor:
 
 
 def constrain(lprobs: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
-              arch: ModelConfig, force: bool, prefix: Tensor | None = None) -> Tensor:
+              arch: ModelConfig, force: bool, prefix: Tensor | None = None,
+              first_limit: int = 0) -> Tensor:
     """Apply the output rules to step-``t`` log-probs ``(R, V)`` *in place* (a step's log-probs
     are a fresh tensor; copying R x V floats every step cost more than the rules themselves);
     ``max_len (R,)`` per row; ``prefix (R, t)`` the rows' outputs so far (needed only with
-    ``no_repeat_ngram_size``)."""
+    ``no_repeat_ngram_size``); ``first_limit``: no row's ``max_len`` is below it (a caller
+    that knows spares the steps before it a host sync)."""
     eos = arch.eos_id
     # pad and bos are never outputs: pad then only ever means "after EOS".
     lprobs.index_fill_(1, never_output(arch.pad_id, arch.bos_id, lprobs.device), NEG_INF)
@@ -100,6 +102,8 @@ def constrain(lprobs: Tensor, t: int, max_len: Tensor, decoding: DecodingConfig,
             # min_len and the n-gram ban together may leave a row no token: it ends there
             stuck = lprobs.isneginf().all(1)
             lprobs[stuck, eos] = eos_lp[stuck]
+    if t < first_limit:
+        return lprobs
     at_max = max_len == t
     if bool(at_max.any()):
         eos_lp = lprobs[:, eos].clone()

@@ -51,6 +51,7 @@ def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: 
     decoder input instead of BOS (a decoder-side language tag)."""
     B, device, arch = src.shape[0], src.device, model.arch
     max_len = max_lengths(src, decoding, arch.pad_id, arch.max_positions)  # (B,)
+    first_limit = int(max_len.min())  # no row is at its limit before: no sync per step till then
     T = steps_for(model, max_len, force_length)
     state, last = start(model, src, use_cache, T, first=first)
     out = torch.full((B, T), arch.pad_id, dtype=torch.long, device=device)
@@ -64,7 +65,7 @@ def _single_path(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, choose: 
         with phase("seq2seq.search.constrain"):
             prefix = _active(out, rows)[:, :t] if decoding.no_repeat_ngram_size else None  # (N, t)
             lprobs = constrain(lprobs, t, _active(max_len, rows), decoding, arch,
-                               force_length is not None, prefix)
+                               force_length is not None, prefix, first_limit)
         tok = choose(lprobs)  # (N,)
         chosen = lprobs.gather(1, tok[:, None]).squeeze(1)
         if rows is None:
