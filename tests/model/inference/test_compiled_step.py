@@ -15,6 +15,7 @@ from helpers import multi30k_lines, run_main
 from hypothesis import given, settings
 
 import seq2seq.model.inference.compiled as compiled
+import seq2seq.model.inference.step as step_module
 from seq2seq.cli import translate
 from seq2seq.config import DecodingConfig
 from seq2seq.fields import FieldWarning
@@ -59,7 +60,9 @@ def near_ties(outputs: list[str], reference: list[str]) -> int:
 def test_compiled_step_translates_as_eager(search, eager, cache, capsys):
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES[search], compile=True)
     steps = compiled.COUNTS["steps"]
-    assert near_ties(translator.translate(TEXTS), eager[search]) <= 1
+    # 6 sentences a call: at most 30 decoder rows, all within the compiled step's MAX_ROWS
+    outputs = [o for i in range(0, len(TEXTS), 6) for o in translator.translate(TEXTS[i:i + 6])]
+    assert near_ties(outputs, eager[search]) <= 1
     assert compiled.COUNTS["steps"] > steps + 20  # the compiled step ran, every step
     loaders = translator.model.inference.compiled_step.loaders
     assert list(loaders) == [1 if search == "greedy" else 5]
@@ -135,6 +138,25 @@ def test_batch_sizes_in_either_order(search, order):
     for texts in calls if order == "one, then many" else calls[::-1]:
         differential.check_same(f"--compile, {order}", texts, translator.translate(texts), search)
     assert translator.model.inference.compiled_step.failed is False
+
+
+def test_more_rows_than_max_rows_take_the_eager_step():
+    """A batch of more than ``MAX_ROWS`` decoder rows decodes eagerly (faster there), with
+    the compiled step taking over once finished sentences leave it under the limit."""
+    translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
+    texts = differential.POOL[:compiled.MAX_ROWS + 20]
+    steps, eager_steps = compiled.COUNTS["steps"], []
+    real = step_module.decoder_step
+
+    def counted(model, tokens, cache):
+        eager_steps.append(tokens.shape[0])
+        return real(model, tokens, cache)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(step_module, "decoder_step", counted)
+        differential.check_same("--compile, many rows", texts, translator.translate(texts),
+                                "greedy")
+    assert eager_steps and min(eager_steps) > compiled.MAX_ROWS
+    assert compiled.COUNTS["steps"] >= steps  # and the compiled one for what was left, if any
 
 
 @settings(max_examples=3)
