@@ -78,9 +78,12 @@ def build_engine(spec: dict):
     model.inference.packed_output.enabled = spec.get("packed", True)  # the packed-projection lever, A/B
     compute.prepare(model, spec.get("compute_type", "float32"))
     if spec.get("compile"):  # its package made (or loaded) here, before any timing
-        from seq2seq.model.inference import compiled
+        from seq2seq.model.inference import compiled, compiled_encoder
         if not compiled.enable(model) or model.inference.compiled_step.prepare(model, beam) is None:
             raise RuntimeError("the compiled decoder step is not available here (see above)")
+        compiled_encoder.enable(model)
+        if model.inference.compiled_encoder is not None:
+            model.inference.compiled_encoder.prepare(model)
     if kind == "ours":
         return ours_engine(model, beam, use_cache=spec.get("use_cache", True),
                            force_length=spec.get("force_length"),

@@ -134,13 +134,15 @@ class LoadConfig:
         False, "compute each batch's output only over the target pieces its source pieces "
         "can produce (the checkpoint's table: seq2seq-shortlist); computes fewer output rows; "
         "changes some outputs (default {default})")
-    # float32, one model: the one-token decoder step compiled ahead of time with a C++
-    # compiler (AOTInductor), once per model and beam width, cached on disk; same outputs,
-    # ~1.4x faster steps on Tiny greedy (docs/speed.md)
+    # float32, one model: the one-token decoder step (up to 32 decoder rows) and the encoder
+    # (up to 3 sentences) compiled ahead of time with a C++ compiler (AOTInductor), once per
+    # model and beam width, cached on disk; same outputs, one sentence ~2x sooner
+    # (docs/speed.md)
     compile: bool = option(
-        False, "compile the one-token decoder step with the C++ compiler (AOTInductor) once "
-        "per model and beam width, cached on disk; same outputs, faster steps; float32 and "
-        "one model only; without a compiler: decoded eagerly, with a note (default {default})")
+        False, "compile the one-token decoder step and the encoder for small batches with the "
+        "C++ compiler (AOTInductor) once per model and beam width, cached on disk; same "
+        "outputs, one sentence about twice as fast; float32 and one model only; without a "
+        "compiler: decoded eagerly, with a note (default {default})")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -41,7 +41,7 @@ from seq2seq.decoding.search import search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq
-from seq2seq.model.inference import compiled, compute
+from seq2seq.model.inference import compiled, compiled_encoder, compute
 from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.model.members import Members
 from seq2seq.translation import paragraphs, passthrough
@@ -111,7 +111,7 @@ class Translator:
                  pair: tuple[str | None, str | None] = (None, None),
                  calibration: dict | None = None):
         self.model = model if device is None else model.to(device)
-        self.members = Members(self.model)  # listed once: a one-sentence call walked them
+        self.members = Members(self.model)  # listed once: dropout off per call without eval()
         self.tokenizers = tokenizers
         self.decoding = decoding or DecodingConfig()
         self.directions = directions
@@ -165,7 +165,8 @@ class Translator:
             if translator.compute_type != "float32":
                 raise FieldError("{compile}: only for {compute_type} float32, not {got}",
                                  got=translator.compute_type)
-            compiled.enable(translator.model)
+            if compiled.enable(translator.model):
+                compiled_encoder.enable(translator.model)
         return translator
 
     @classmethod
@@ -301,8 +302,7 @@ class Translator:
         holed = [i for i in todo if cut_out[i][1]]  # attention for these: it puts their links back
         runs = [(b, attention or need_attention) for attention in (False, True)
                 for b in self._batches([i for i in todo if bool(cut_out[i][1]) == attention], ids)]
-        # dropout off, and whatever the caller had put back (eval() would cost ~2 ms)
-        was_training = [m for m in self.members.modules() if m.training]
+        was_training = [m for m in self.members.modules() if m.training]  # dropout off, then back
         for m in was_training:
             m.training = False
         try:

@@ -329,18 +329,12 @@ class CompiledStep:
 
 
 def enable(model) -> bool:
-    """Give a float32 CPU ``model`` a compiled step (``model.inference.compiled_step``, used
-    by ``Seq2Seq.decode_hidden``) and, where it applies, a compiled encoder for small
-    batches (``compiled_encoder``, used by ``Seq2Seq.encode``); False with one note when
-    there is no C++ compiler."""
-    from seq2seq.model.inference import compiled_encoder
-
+    """Give a float32 CPU ``model`` a compiled step (``model.inference.compiled_step``), used
+    by ``Seq2Seq.decode_hidden``; False with one note when there is no C++ compiler. (The
+    encoder: ``compiled_encoder.enable``, after this.)"""
     if cpp_compiler() is None:
         warnings.warn(FieldWarning("{compile}: no C++ compiler found (g++/clang++); decoding "
                                    "eagerly"), stacklevel=2)
         return False
     model.inference.compiled_step = CompiledStep(model)
-    if compiled_encoder.supported(model):
-        model.inference.compiled_encoder = compiled_encoder.CompiledEncoder(
-            model.inference.compiled_step.key)
     return True

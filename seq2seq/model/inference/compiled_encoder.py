@@ -56,8 +56,12 @@ def _attend(attn, h: Tensor, bias: Tensor) -> Tensor:
     return linear(attn.w_o, out.transpose(1, 2).reshape(B, S, attn.h * attn.d_v))
 
 
-def supported(model) -> bool:
-    return model.arch.positional in ("sinusoidal", "learned")
+def enable(model) -> None:
+    """A compiled encoder (``model.inference.compiled_encoder``, used by ``Seq2Seq.encode``)
+    for a model that ``compiled.enable`` gave a compiled step, where its positions allow."""
+    step = model.inference.compiled_step
+    if step is not None and model.arch.positional in ("sinusoidal", "learned"):
+        model.inference.compiled_encoder = CompiledEncoder(step.key)
 
 
 def _example(model, sentences: int) -> tuple[Tensor, Tensor]:

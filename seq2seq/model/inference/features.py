@@ -1,8 +1,8 @@
 """What a ``Seq2Seq`` has at inference besides its network, declared in one place.
 
 ``Seq2Seq.inference`` holds them; whatever prepares a model for inference sets these fields
-and nothing else on it (``compute.prepare``, ``compiled.enable``, ``Translator``'s
-shortlist), so every reader finds them where they are declared. None of it is a weight:
+and nothing else on it (``compute.prepare``, ``compiled.enable``, ``compiled_encoder.enable``,
+``Translator``'s shortlist), so every reader finds them where they are declared. None of it is a weight:
 state dicts, exports and training never see it.
 """
 
