@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--beam", type=int, help="decoding option sent with every request")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds; then it stops")
     ap.add_argument("--window-ms", type=float, help="the started server's collection window")
+    ap.add_argument("--compile", choices=["start", "background", "off"], default="start",
+                    help="the started server's --compile (default start: measured with its "
+                         "packages made, first made if not cached)")
     ap.add_argument("--url", help="load a running server on this machine instead")
     ap.add_argument("--libre-share", type=float, default=0.0,
                     help="part of the requests sent to /libretranslate/translate (0-1, default 0)")
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
     for clients in args.clients:
         report = run_loadtest(args.checkpoint, args.sentences, clients, args.requests,
                               args.texts_per_request, options, args.url, args.time_limit,
-                              args.window_ms, args.libre_share)
+                              args.window_ms, args.libre_share, args.compile)
         print("\n".join(report.lines()), flush=True)
         reports.append(report)
     if args.json:

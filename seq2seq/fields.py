@@ -12,7 +12,7 @@ import string
 import types
 import typing
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any, Literal, get_args
 
 
@@ -74,7 +74,7 @@ def check_fields(obj: Any) -> None:
     """Refuse, naming the field, a value of the wrong type (``"32"`` for an int, from a YAML
     file or an edited checkpoint), a non-finite float, an int beyond 64 bits, or a value
     outside a field's ``Literal[...]`` choices."""
-    hints = typing.get_type_hints(type(obj))
+    hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
         hint, value = hints[f.name], getattr(obj, f.name)
         where = f"{type(obj).__name__}.{f.name}"
@@ -87,6 +87,13 @@ def check_fields(obj: Any) -> None:
             raise ConfigError(f"{where} must be a finite number, got {value!r}", f.name)
         if isinstance(value, int) and not -(2**63) <= value < 2**63:
             raise ConfigError(f"{where}={value} is out of range (64-bit integers)", f.name)
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    # a class's annotations do not change; resolving them costs ~0.3 ms, paid by every
+    # config a server request builds
+    return typing.get_type_hints(cls)
 
 
 def _fits(value: Any, hint: Any) -> bool:

@@ -47,6 +47,12 @@ def _seed():
 
 
 @pytest.fixture(scope="module")
+def compiled_cache(tmp_path_factory) -> Path:
+    """One cache of compiled packages per test module: each package is made once there."""
+    return tmp_path_factory.mktemp("compiled-cache")
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a whole module, restored afterwards: the command-line entry
     points a test calls in-process set the thread count for the machine."""

@@ -12,6 +12,7 @@ import torch
 from seq2seq.checkpoint import save_model
 from seq2seq.config import DecodingConfig, ModelConfig
 from seq2seq.model import Seq2Seq
+from seq2seq.model.inference.compiled import cpp_compiler
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 DE_EN = ROOT / "data" / "models" / "multi30k_de_en_tiny.ckpt"  # the shipped models
@@ -388,3 +389,7 @@ def megabyte(shape) -> int:
     """The repetitions that make the shape's document about 1 MB."""
     make = SHAPES[shape][1]
     return 2**20 // (len(make(101)) - len(make(100)))
+
+
+# compiled packages need a C++ compiler (g++, clang++)
+needs_cpp_compiler = pytest.mark.skipif(cpp_compiler() is None, reason="no C++ compiler")

@@ -32,6 +32,7 @@ from seq2seq import DecodingConfig, ServeConfig, Translator, load_checkpoint
 from seq2seq.serving.api import DecodingOptions, api_message, decoding_for
 
 MAX_CLIENTS, MAX_REQUESTS = 256, 100_000
+START_S = 900.0  # a started server's time to answer /health (--compile start compiles first)
 # the decoding options of a /translate request: seq2seq-translate's flags by name
 OPTIONS = set(DecodingOptions.model_fields) - {"model", "target_lang", "source_lang"}
 
@@ -152,13 +153,16 @@ def server_process(checkpoint: str | Path | Sequence[str | Path], window_ms: flo
 def server_child(checkpoint: str | Path | Sequence[str | Path], window_ms: float | None = None,
                  timeout_s: float = 120.0, args: Sequence[str] = (),
                  **popen) -> Iterator[tuple[str, subprocess.Popen]]:
-    """:func:`server_process`, yielding the child process too."""
+    """:func:`server_process`, yielding the child process too. Without ``--compile`` in
+    ``args`` the server decodes eagerly (``--compile off``): a test's server ends long before
+    packages would be made."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     checkpoints = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
     cmd = [sys.executable, "-m", "seq2seq.cli.serve", *(a for c in checkpoints for a in ("-m", str(c))),
            "--port", str(port), "--log-level", "warning", *args]
+    cmd += [] if "--compile" in args else ["--compile", "off"]
     cmd += ["--window-ms", str(window_ms)] if window_ms is not None else []
     child = subprocess.Popen(cmd, **popen)
     url = f"http://127.0.0.1:{port}"
@@ -292,11 +296,13 @@ async def drive(url: str, report: LoadReport, pool: list[str], expected: dict[bo
 def run_loadtest(checkpoint: str | Path, sentences: str | Path, clients: int, requests: int,
                  texts_per_request: int = 1, options: dict | None = None, url: str | None = None,
                  time_limit_s: float = 120.0, window_ms: float | None = None,
-                 libre_share: float = 0.0) -> LoadReport:
+                 libre_share: float = 0.0, compile: str = "start") -> LoadReport:
     """Translate offline (reference + timing), then load a server: a fresh ``seq2seq-serve``
     child process on loopback, or the one at ``url`` (this machine only; it must serve
     ``checkpoint`` as its default model). ``libre_share`` of the requests go to
-    LibreTranslate's API (default decoding), the rest to ours (with ``options``)."""
+    LibreTranslate's API (default decoding), the rest to ours (with ``options``). The
+    started server's ``--compile`` is ``compile``: "start" (the default) measures it as it
+    runs once its packages are made (made first if not cached: minutes, once a machine)."""
     if not 1 <= clients <= MAX_CLIENTS:
         raise ValueError(f"--clients {clients}: must be in [1, {MAX_CLIENTS}]")
     if requests < 1 or texts_per_request < 1 or clients * requests > MAX_REQUESTS:
@@ -318,7 +324,8 @@ def run_loadtest(checkpoint: str | Path, sentences: str | Path, clients: int, re
     pair = (str(meta.get("src_lang", "?")).lower(), str(meta.get("tgt_lang", "?")).lower())
     report = LoadReport(url or "", clients, clients * requests, texts_per_request, options,
                         offline_sent_per_s=offline_rate, libre_share=libre_share)
-    serving = _existing(url) if url is not None else server_process(checkpoint, window_ms)
+    serving = _existing(url) if url is not None else server_process(
+        checkpoint, window_ms, timeout_s=START_S, args=["--compile", compile])
     with serving as report.url:
         asyncio.run(drive(report.url, report, pool, expected, pair, time_limit_s))
     return report

@@ -222,12 +222,13 @@ def option_help(f: dataclasses.Field, hint: Any, defaults: Any) -> str:
         default=shown, defaults=defaults, choices=", ".join(map(str, get_args(hint)))))
 
 
-def add_options(ap: argparse.ArgumentParser | Any, cls: type) -> None:
-    """One flag per option of the config dataclass ``cls`` (``options_of``): dest the
-    field's name, default None (= the dataclass's, so defaults live in one place), type and
-    choices from its annotation; a bool, or a field with a ``const``, is a flag alone."""
+def add_options(ap: argparse.ArgumentParser | Any, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One flag per option of the config dataclass ``cls`` (``options_of``; not those named
+    in ``skip``): dest the field's name, default None (= the dataclass's, so defaults live in
+    one place), type and choices from its annotation; a bool, or a field with a ``const``,
+    is a flag alone."""
     hints, defaults = typing.get_type_hints(cls), cls()
-    for f in options_of(cls):
+    for f in (f for f in options_of(cls) if f.name not in skip):
         hint = hints[f.name]
         kw: dict[str, Any] = {"dest": f.name, "default": None,
                               "help": option_help(f, hint, defaults)}

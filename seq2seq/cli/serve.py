@@ -50,6 +50,10 @@ _OPTIONS = {
     "max_beam": (int, "largest beam a request may ask for"),
     "max_nbest": (int, "largest n-best a request may ask for"),
     "threads": (int, "torch threads for the model (default: torch's choice)"),
+    "compile": (str, "float32 models: the decoder step and encoder compiled for small "
+                     "batches (one sentence about twice as fast); background: answer at once "
+                     "and compile beside the requests (once per machine and model, cached); "
+                     "start: before listening; off: eager only"),
     "api_keys": (str, "file of API keys, one 'KEY [REQUESTS_PER_MINUTE]' a line: requests "
                       "without a valid key get 403"),
     "req_limit": (int, "requests per minute per API key (a key's own line may say otherwise), "
@@ -89,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="FILE" if dest == "api_keys" else None,
                         help=f"{text} (default {getattr(d, dest)})")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    add_options(ap, LoadConfig)  # load-time options: requests cannot change them
+    # load-time options (requests cannot change them); --compile: ServeConfig's, above
+    add_options(ap, LoadConfig, skip=("compile",))
     ap.add_argument("--log-level", default="info",
                     choices=["critical", "error", "warning", "info", "debug"])
     return ap
@@ -128,7 +133,9 @@ def run(args: argparse.Namespace) -> None:
               "with no authentication (see --api-keys)", file=sys.stderr)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    models = load_models(args.checkpoint, device=args.device, **load_from_args(args))
+    load = {**load_from_args(args), "compile": cfg.compile == "start"}
+    models = load_models(args.checkpoint, device=args.device,
+                         background_compile=cfg.compile == "background", **load)
     for served in models.values():
         note_compute_type(PROG, args.compute_type, served.translator.compute_type)
     app = create_app(models, cfg)

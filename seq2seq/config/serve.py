@@ -34,6 +34,12 @@ class ServeConfig:
     max_beam: int = 16
     max_nbest: int = 16
     threads: int | None = None  # torch threads for the model; None = torch's default
+    # float32 models on the CPU: the one-token decoder step (greedy, the default beam; other
+    # beams once asked for) and the encoder compiled for small batches, as --compile does
+    # for seq2seq-translate. "background": answers at once, eagerly, and compiles in a
+    # low-priority thread, the calls taking each package once it is made (a minute or two
+    # once per machine and model, cached); "start": compiles before listening; "off"
+    compile: Literal["background", "start", "off"] = "background"
     # API keys: a file of "KEY [REQUESTS_PER_MINUTE]" lines; None = open server
     api_keys: str | None = None
     req_limit: int = 60  # requests per minute per key, unless its line says otherwise

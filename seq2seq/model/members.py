@@ -11,6 +11,8 @@ both register); in-place updates (training, ``load_state_dict``) keep the same t
 
 from __future__ import annotations
 
+import weakref
+
 from torch import Tensor, nn
 
 _registrations = [0]  # parameters and submodules registered in this process, by any module
@@ -28,21 +30,40 @@ class Members:
     """``module.modules()`` and ``module.parameters()`` of one module, cached."""
 
     def __init__(self, module: nn.Module):
-        self.module = module
+        self._module = weakref.ref(module)  # weak: the shared table must not keep models alive
         self.seen = -1
-        self._modules: list[nn.Module] = []
+        self._below: list[nn.Module] = []  # modules() less the module itself (a strong
+        # reference to it from here would keep it alive through the shared table)
         self._parameters: list[Tensor] = []
+
+    @classmethod
+    def of(cls, module: nn.Module) -> Members:
+        """The one ``Members`` of ``module`` in this process: a server builds a ``Translator``
+        per request, and a list made per object was made per request (~2 ms a call)."""
+        members = _shared.get(module)
+        if members is None:
+            members = _shared[module] = cls(module)
+        return members
+
+    @property
+    def module(self) -> nn.Module:
+        module = self._module()
+        assert module is not None, "Members of a module that is gone"
+        return module
 
     def _fresh(self) -> None:
         if self.seen != _registrations[0]:
-            self._modules = list(self.module.modules())
+            self._below = list(self.module.modules())[1:]
             self._parameters = list(self.module.parameters())
             self.seen = _registrations[0]
 
     def modules(self) -> list[nn.Module]:
         self._fresh()
-        return self._modules
+        return [self.module, *self._below]
 
     def parameters(self) -> list[Tensor]:
         self._fresh()
         return self._parameters
+
+
+_shared: weakref.WeakKeyDictionary[nn.Module, Members] = weakref.WeakKeyDictionary()

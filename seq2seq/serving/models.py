@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.serving import compiling
 from seq2seq.translation.translator import Translator
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -19,6 +20,7 @@ class ServedModel:
     translator: Translator  # its DecodingConfig is not used: each request brings its own
     src_lang: str | None  # a single-direction model's pair ("?" where unrecorded);
     tgt_lang: str | None  # None for a multilingual model (see pairs)
+    compiling: compiling.BackgroundCompile | None = None  # ServeConfig.compile "background"
 
     @property
     def multilingual(self) -> bool:
@@ -43,7 +45,17 @@ class ServedModel:
             "max_source_tokens": arch.max_positions - 1 - self.source_tag_tokens,
             # outputs of lower confidence are flagged "unsure" (None: not calibrated)
             "unsure_below": self.translator.unsure_below,
+            "compile": self.compile_state,
         }
+
+    @property
+    def compile_state(self) -> str:
+        """``off``, ``building`` (decoding eagerly meanwhile), ``ready`` or ``failed``
+        (decoding eagerly)."""
+        if self.compiling is not None:
+            return self.compiling.state
+        step = self.translator.model.inference.compiled_step
+        return "off" if step is None else "failed" if step.failed else "ready"
 
     @property
     def source_tag_tokens(self) -> int:
@@ -65,11 +77,13 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 def load_models(specs: list[str], device: str | torch.device = "cpu",
                 compute_type: str | None = None, shortlist: bool | None = None,
-                compile: bool | None = None) -> dict[str, ServedModel]:
+                compile: bool | None = None,
+                background_compile: bool = False) -> dict[str, ServedModel]:
     """One ``ServedModel`` per ``-m`` spec, in order (the first is the default), each
     prepared as ``Translator.from_checkpoint`` does with the load options (None:
     ``LoadConfig``'s default): its linear layers in ``compute_type``, its checkpoint's
-    vocabulary shortlist with ``shortlist``, its decoder step compiled with ``compile``."""
+    vocabulary shortlist with ``shortlist``, its decoder step compiled with ``compile`` (now,
+    before this returns) or ``background_compile`` (float32 CPU models: while serving)."""
     models: dict[str, ServedModel] = {}
     for spec in specs:
         name, path = parse_spec(spec)
@@ -84,8 +98,13 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
                 features.compiled_step.prepare(translator.model, group)
             if features.compiled_encoder is not None:
                 features.compiled_encoder.prepare(translator.model)
+        building = None
+        if background_compile and not compile and translator.compute_type == "float32" \
+                and torch.device(device).type == "cpu":
+            building = compiling.enable(translator.model, path,
+                                        (1, translator.decoding.beam_size))
         src, tgt = translator.pair
         if translator.directions is None:  # an old checkpoint without its pair: "?"
             src, tgt = src or "?", tgt or "?"
-        models[name] = ServedModel(name, translator, src, tgt)
+        models[name] = ServedModel(name, translator, src, tgt, building)
     return models

@@ -111,7 +111,7 @@ class Translator:
                  pair: tuple[str | None, str | None] = (None, None),
                  calibration: dict | None = None):
         self.model = model if device is None else model.to(device)
-        self.members = Members(self.model)  # listed once: dropout off per call without eval()
+        self.members = Members.of(self.model)  # listed once: dropout off per call without eval()
         self.tokenizers = tokenizers
         self.decoding = decoding or DecodingConfig()
         self.directions = directions

@@ -452,6 +452,7 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
         (["-m", f"a b={SHIPPED}", "--port", "0"], "model name 'a b' must be"),
         (["-m", str(SHIPPED), "--request-timeout-s", "nan"], "--request-timeout-s must be a finite"),
         (["-m", str(SHIPPED), "--max-connections", "0"], "--max-connections must be > 0"),
+        (["-m", str(SHIPPED), "--compile", "yes"], "--compile: invalid choice: 'yes'"),
         (["-m", str(SHIPPED), "--port", "0", "--api-keys", str(tmp_path / "keys.txt")],
          "--api-keys " + str(tmp_path / "keys.txt") + ": cannot read it"),
     ]
@@ -469,7 +470,7 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, capsys):
 def test_load_test_reports_every_answer_correct(tmp_path):
     """A tiny run against a real ``seq2seq-serve`` child process."""
     report = run_loadtest(SHIPPED, TEST_DE, clients=3, requests=2, texts_per_request=2,
-                          options={"beam": 2}, time_limit_s=120, window_ms=50)
+                          options={"beam": 2}, time_limit_s=120, window_ms=50, compile="off")
     assert (report.answered, report.errors, report.wrong) == (6, 0, 0), report.first_problems
     assert len(report.latencies_ms) == 6 and report.offline_sent_per_s > 0
     assert 1 <= report.model_calls <= 6
@@ -483,7 +484,8 @@ def test_mixed_load_test_checks_both_apis_and_reports_memory():
     """Half the requests through LibreTranslate's API (default decoding), half through ours
     (beam 2): every answer is checked against its own offline translation."""
     report = run_loadtest(SHIPPED, TEST_DE, clients=2, requests=3, texts_per_request=2,
-                          options={"beam": 2}, time_limit_s=120, libre_share=0.5)
+                          options={"beam": 2}, time_limit_s=120, libre_share=0.5,
+                          compile="off")
     assert (report.answered, report.errors, report.wrong) == (6, 0, 0), report.first_problems
     assert report.libre_requests == 3
     assert 0 < report.rss_before_mb <= report.rss_peak_mb and report.rss_after_mb > 0

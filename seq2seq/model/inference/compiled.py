@@ -18,6 +18,7 @@ stderr. docs/speed.md "A compiled decoder step" has figures.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -199,6 +201,7 @@ def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".pt2")
     os.close(fd)
+    _unfinished.add(tmp)
     try:
         with warnings.catch_warnings():  # torch's own deprecations, not the user's business
             warnings.simplefilter("ignore")
@@ -210,8 +213,15 @@ def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+        _unfinished.discard(tmp)
     write_atomic(manifest_path(path), lambda f: f.write(json.dumps(made_for).encode()))
     COUNTS["compiled"] += 1
+
+
+# a build in a background thread ends with the process, past its own clean-up: its
+# half-written package is removed at exit instead
+_unfinished: set[str] = set()
+atexit.register(lambda: [Path(tmp).unlink(missing_ok=True) for tmp in list(_unfinished)])
 
 
 def stale(path: Path, made_for: dict) -> str | None:
@@ -284,6 +294,9 @@ class CompiledStep:
                              json.dumps(INDUCTOR_CONFIGS, sort_keys=True)])
         self.loaders: dict[int, object] = {}
         self.failed = False
+        # set (background.py): a call without its package asks for it and decodes eagerly,
+        # instead of compiling inside the call
+        self.build: Callable[[int], None] | None = None
         self.pos = torch.empty(model.tgt_embed.positions.shape[0])  # its first P+1: a size
 
     def path(self, group: int) -> Path:
@@ -317,7 +330,11 @@ class CompiledStep:
         eager step runs: it failed, or more than ``MAX_ROWS`` rows)."""
         if self.failed or tokens.device.type != "cpu" or tokens.shape[0] > MAX_ROWS:
             return None
-        loader = self.prepare(model, cache.group)
+        loader = self.loaders.get(cache.group)
+        if loader is None and self.build is not None:
+            self.build(cache.group)
+            return None
+        loader = loader or self.prepare(model, cache.group)
         if loader is None:
             return None
         attn = model.decoder.layers[0].self_attn

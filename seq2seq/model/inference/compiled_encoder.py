@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -89,6 +90,7 @@ class CompiledEncoder:
 
     def __init__(self, key: str):
         self.key, self.loader, self.failed = key, None, False
+        self.build: Callable[[], None] | None = None  # as CompiledStep.build
 
     def path(self):
         digest = hashlib.sha256(f"{self.key} encoder".encode()).hexdigest()[:32]
@@ -99,23 +101,30 @@ class CompiledEncoder:
         if self.loader is None and not self.failed:
             try:
                 self.loader = compiled.load_or_compile(
-                    self.path(), {"key": self.key, "part": "encoder"}, "the encoder for this model",
+                    self.path(), self.made_for(), "the encoder for this model",
                     lambda path: self._package(model, path), lambda loader: self_check(model, loader))
             except Exception as e:  # noqa: BLE001 - any failure: eager encoding, one note
                 self.failed = True
                 compiled.failed("the compiled encoder", e, "encoding eagerly")
         return self.loader
 
+    def made_for(self) -> dict:
+        return {"key": self.key, "part": "encoder"}
+
     def _package(self, model, path) -> None:
         B, S = Dim("B", min=1, max=8192), Dim("S", min=1, max=model.src_embed.positions.shape[0])
         compiled.compile_into(PureEncoder(model), _example(model, 3),
                               {"src": {0: B, 1: S}, "mask": {0: B, 3: S}}, path,
-                              {"key": self.key, "part": "encoder"})
+                              self.made_for())
 
     def __call__(self, model, src: Tensor, mask: Tensor) -> Tensor | None:
         B, S = src.shape
         if (self.failed or B > MAX_ROWS or src.device.type != "cpu"
                 or mask.shape != (B, 1, 1, S) or mask.dtype != torch.bool):
             return None
-        loader = self.prepare(model)
+        loader = self.loader
+        if loader is None and self.build is not None:
+            self.build()
+            return None
+        loader = loader or self.prepare(model)
         return None if loader is None else loader.boxed_run([src.contiguous(), mask.contiguous()])[0]

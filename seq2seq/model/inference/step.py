@@ -144,7 +144,7 @@ class StepPlan:
 
     def refresh(self, model) -> list[Projections]:
         if self.members is None or self.members.module is not model.decoder:
-            self.members = Members(model.decoder)
+            self.members = Members.of(model.decoder)
         params = self.members.parameters()
         key = (model.inference.compute_type, *((p.data_ptr(), _version(p)) for p in params))
         if key != self.key:

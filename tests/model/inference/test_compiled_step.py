@@ -11,7 +11,7 @@ from pathlib import Path
 
 import differential
 import pytest
-from helpers import multi30k_lines, run_main
+from helpers import multi30k_lines, needs_cpp_compiler, run_main
 from hypothesis import given, settings
 
 import seq2seq.model.inference.compiled as compiled
@@ -27,19 +27,14 @@ TEXTS = multi30k_lines("de", 40, "test_2016_flickr")
 SEARCHES = {"greedy": DecodingConfig(method="greedy"),
             "beam": DecodingConfig(method="beam", beam_size=5)}
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(compiled.cpp_compiler() is None, reason="no C++ compiler")]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    """One package cache for the module: each search's package is compiled once."""
-    return tmp_path_factory.mktemp("compiled-cache")
+pytestmark = [pytest.mark.slow, needs_cpp_compiler]
 
 
 @pytest.fixture(autouse=True)
-def cache_env(cache, monkeypatch):
-    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(cache))
+def cache(compiled_cache, monkeypatch) -> Path:
+    """The module's package cache: each search's package is compiled once."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(compiled_cache))
+    return compiled_cache
 
 
 @pytest.fixture(scope="module")

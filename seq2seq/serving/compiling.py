@@ -1,0 +1,156 @@
+"""Compiling while serving: the packages of a model's compiled step and encoder made beside
+its calls, which decode eagerly until each package is ready and then use it. A server so
+answers at once after start, and the compiler's minute or two (once per machine, model and
+beam width; cached) is paid beside the requests, not inside one.
+
+The packages are made in a child process at the lowest CPU priority
+(``python -m seq2seq.serving.compiling CKPT GROUP...``, the same code as
+``--compile``): exporting a model patches ``torch.nn.Module.__call__`` for every module of
+the process while it traces, so a request decoding in another thread would run through the
+tracer. This process only loads each finished package and checks it against the eager step
+of a copy of the model (the model itself stays the requests').
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from seq2seq.fields import FieldWarning
+from seq2seq.model.inference import compiled, compiled_encoder
+from seq2seq.translation.translator import Translator
+
+LOW_PRIORITY = 19  # the child's nice value: the requests' threads come first
+
+
+class BackgroundCompile:
+    """Makes ``model``'s packages (the groups asked for at start, then any a call finds
+    missing, e.g. another beam width), one child process at a time, from one daemon thread."""
+
+    def __init__(self, model, checkpoint: str | os.PathLike, groups: tuple[int, ...] = (1,)):
+        self.step = model.inference.compiled_step
+        self.encoder = model.inference.compiled_encoder
+        assert self.step is not None, "compiled.enable(model) first"
+        self.checkpoint = str(checkpoint)
+        self.twin = copy.deepcopy(model)  # the packages are checked on it; taken before any call
+        self.twin.inference.compiled_step = self.twin.inference.compiled_encoder = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._asked: set[int] = set()
+        self._lock = threading.Lock()
+        self._pending = 0  # groups asked for and not yet done
+        self._idle = threading.Event()
+        self.child: subprocess.Popen | None = None  # the latest child process
+        self.step.build = self.ask
+        if self.encoder is not None:
+            self.encoder.build = lambda: None  # made with the first group's child
+        for group in groups:
+            self.ask(group)
+        threading.Thread(target=self._run, name="seq2seq-compile", daemon=True).start()
+
+    def ask(self, group: int) -> None:
+        """Queue the step's package for ``group`` rows per sentence, unless asked before."""
+        with self._lock:
+            if group in self._asked or self.step.failed:
+                return
+            self._asked.add(group)
+            self._pending += 1
+            self._idle.clear()
+        self._jobs.put(group)
+
+    @property
+    def state(self) -> str:
+        """``building`` (decoding eagerly meanwhile), ``ready`` (every package asked for is
+        in use) or ``failed`` (decoding eagerly, said once)."""
+        if self.step.failed:
+            return "failed"
+        return "ready" if self._idle.is_set() else "building"
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether every package asked for so far is done (made or failed) within ``timeout`` s."""
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            group = self._jobs.get()
+            if not self.step.failed:  # one failure is said once: eager from then on
+                self._make(group)
+            with self._lock:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
+
+    def _make(self, group: int) -> None:
+        step, encoder = self.step, self.encoder
+        parts = [(step.path(group), step.made_for(group), lambda: step.prepare(self.twin, group))]
+        if encoder is not None and encoder.loader is None and not encoder.failed:
+            parts.append((encoder.path(), encoder.made_for(), lambda: encoder.prepare(self.twin)))
+        if not all(_usable(path, made_for) for path, made_for, _ in parts):
+            self.child = subprocess.Popen(child_command(self.checkpoint, group),
+                                          stdin=subprocess.DEVNULL)
+            code = self.child.wait()
+            missing = [path.name for path, made_for, _ in parts if not _usable(path, made_for)]
+            if missing:  # never compiled here: loading a package is all this process does
+                step.failed = True
+                warnings.warn(FieldWarning("{compile}: compiling in the background failed (exit "
+                                           "status {code}, no {missing}); decoding eagerly",
+                                           code=code, missing=", ".join(missing)), stacklevel=1)
+                return
+        for _, _, load in parts:
+            load()  # loaded and checked against the twin's eager step (a failure: one note)
+
+
+def child_command(checkpoint: str, group: int) -> list[str]:
+    """The child process that makes ``checkpoint``'s packages for ``group`` (and its encoder's)."""
+    return [sys.executable, "-m", __name__, checkpoint, str(group), "--nice", str(LOW_PRIORITY)]
+
+
+def _usable(path: Path, made_for: dict) -> bool:
+    return path.exists() and compiled.stale(path, made_for) is None
+
+
+def enable(model, checkpoint: str | os.PathLike,
+           groups: tuple[int, ...] = (1,)) -> BackgroundCompile | None:
+    """Compile ``model``'s step (for each of ``groups``, then any asked for) and encoder in
+    the background; None, with compiled.enable's note, without a C++ compiler."""
+    if model.inference.compiled_step is None:
+        if not compiled.enable(model):
+            return None
+        compiled_encoder.enable(model)
+    return BackgroundCompile(model, checkpoint, groups)
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The child: the packages of CKPT's step for each GROUP, and its encoder's, made in the
+    cache as ``--compile`` makes them; ends with its parent (its half-written file removed)."""
+    ap = argparse.ArgumentParser(prog="python -m seq2seq.serving.compiling")
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("groups", type=int, nargs="+")
+    ap.add_argument("--nice", type=int, default=LOW_PRIORITY, help="this process's nice value")
+    args = ap.parse_args(argv)
+    os.nice(max(0, args.nice - os.nice(0)))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # unwinds: the temporary file goes
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    model = Translator.from_checkpoint(args.checkpoint, compile=True).model
+    for group in args.groups:
+        model.inference.compiled_step.prepare(model, group)
+    if model.inference.compiled_encoder is not None:
+        model.inference.compiled_encoder.prepare(model)
+
+
+if __name__ == "__main__":
+    main()
