@@ -3,9 +3,8 @@ its calls, which decode eagerly until each package is ready and then use it. A s
 answers at once after start, and the compiler's minute or two (once per machine, model and
 beam width; cached) is paid beside the requests, not inside one.
 
-The packages are made in a child process at the lowest CPU priority
-(``python -m seq2seq.serving.compiling CKPT GROUP...``, the same code as
-``--compile``): exporting a model patches ``torch.nn.Module.__call__`` for every module of
+The packages are made in a child process at the lowest CPU priority (:func:`main`: the
+same code as ``--compile``): exporting a model patches ``torch.nn.Module.__call__`` for every module of
 the process while it traces, so a request decoding in another thread would run through the
 tracer. This process only loads each finished package and checks it against the eager step
 of a copy of the model (the model itself stays the requests').
@@ -110,7 +109,9 @@ class BackgroundCompile:
 
 def child_command(checkpoint: str, group: int) -> list[str]:
     """The child process that makes ``checkpoint``'s packages for ``group`` (and its encoder's)."""
-    return [sys.executable, "-m", __name__, checkpoint, str(group), "--nice", str(LOW_PRIORITY)]
+    # -c, not -m: the package imports this module first, and runpy warns of running it again
+    return [sys.executable, "-c", f"import sys; from {__name__} import main; main(sys.argv[1:])",
+            checkpoint, str(group), "--nice", str(LOW_PRIORITY)]
 
 
 def _usable(path: Path, made_for: dict) -> bool:
@@ -150,7 +151,3 @@ def main(argv: list[str] | None = None) -> None:
         model.inference.compiled_step.prepare(model, group)
     if model.inference.compiled_encoder is not None:
         model.inference.compiled_encoder.prepare(model)
-
-
-if __name__ == "__main__":
-    main()

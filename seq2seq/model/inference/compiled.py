@@ -30,6 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
@@ -58,10 +59,12 @@ MAX_ROWS = 32
 # SDPA (whose flash kernel costs more than the step's own bmm at one query): the step at
 # 1 / 5 / 64 / 200 decoder rows took 95 / 227 / 2,227 / 7,835 us against 227 / 452 / 2,604 /
 # 8,335 us with Inductor's defaults (1 thread, 2-core AMD EPYC with AVX2, De->En Tiny).
-INDUCTOR_CONFIGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                    "pattern_matcher": False,
-                    # the timings of that choice are Inductor's business, not the user's stderr
-                    "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+# Read-only: Inductor adds its own entries to the dict it is given, which changed every
+# later package key of the process (a server's child then made packages it never found).
+INDUCTOR_CONFIGS = MappingProxyType({
+    "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "pattern_matcher": False,
+    # the timings of that choice are Inductor's business, not the user's stderr
+    "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False})
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -207,7 +210,7 @@ def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
             warnings.simplefilter("ignore")
             ep = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
             torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
-                                                     inductor_configs=INDUCTOR_CONFIGS)
+                                                     inductor_configs=dict(INDUCTOR_CONFIGS))
         os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
         made_for = {**made_for, "sha256": file_sha256(Path(tmp))}
         os.replace(tmp, path)
@@ -291,7 +294,7 @@ class CompiledStep:
 
     def __init__(self, model):
         self.key = " ".join([weights_digest(model), torch.__version__, cpu_isa(),
-                             json.dumps(INDUCTOR_CONFIGS, sort_keys=True)])
+                             json.dumps(dict(INDUCTOR_CONFIGS), sort_keys=True)])
         self.loaders: dict[int, object] = {}
         self.failed = False
         # set (background.py): a call without its package asks for it and decodes eagerly,
