@@ -13,6 +13,7 @@ of a copy of the model (the model itself stays the requests').
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import os
 import queue
@@ -53,7 +54,19 @@ class BackgroundCompile:
             self.encoder.build = lambda: None  # made with the first group's child
         for group in groups:
             self.ask(group)
-        threading.Thread(target=self._run, name="seq2seq-compile", daemon=True).start()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="seq2seq-compile", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the child (its half-written package removed) and this object's thread, which
+        must not be inside torch while the interpreter shuts down (a native abort)."""
+        self._stopping = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.terminate()
+        self._jobs.put(None)
+        self._thread.join(timeout)
 
     def ask(self, group: int) -> None:
         """Queue the step's package for ``group`` rows per sentence, unless asked before."""
@@ -80,6 +93,8 @@ class BackgroundCompile:
     def _run(self) -> None:
         while True:
             group = self._jobs.get()
+            if group is None or self._stopping:
+                return
             if not self.step.failed:  # one failure is said once: eager from then on
                 self._make(group)
             with self._lock:
@@ -93,9 +108,16 @@ class BackgroundCompile:
         if encoder is not None and encoder.loader is None and not encoder.failed:
             parts.append((encoder.path(), encoder.made_for(), lambda: encoder.prepare(self.twin)))
         if not all(_usable(path, made_for) for path, made_for, _ in parts):
+            # its notes reach our stderr through a pipe of ours, not our own stderr: a child
+            # still compiling must not hold a supervisor's pipe open after we exit
             self.child = subprocess.Popen(child_command(self.checkpoint, group),
-                                          stdin=subprocess.DEVNULL)
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+            for line in self.child.stdout:
+                sys.stderr.write(line)
             code = self.child.wait()
+            if self._stopping:
+                return
             missing = [path.name for path, made_for, _ in parts if not _usable(path, made_for)]
             if missing:  # never compiled here: loading a package is all this process does
                 step.failed = True
