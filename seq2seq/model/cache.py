@@ -87,15 +87,21 @@ class DecoderCache:
 
     def extend(self, L: int, heads: int, d_k: int, d_v: int) -> list[KV]:
         """Every layer's K ``(B, H, P + L, d_k)`` / V views over ``P + L`` positions, the last
-        L counted as written: the caller writes them before reading (a compiled step, whose
-        shapes then depend only on the views, writes them inside its graph)."""
+        L counted as written (:meth:`advance`)."""
+        P = self.advance(L, heads, d_k, d_v)
+        return [(k[:, :, : P + L], v[:, :, : P + L]) for k, v in self._buffers]
+
+    def advance(self, L: int, heads: int, d_k: int, d_v: int) -> int:
+        """Count L more positions as written, in every layer, and return the P before: the
+        caller writes them before reading (a compiled step, which takes the whole
+        :attr:`buffers`, writes them inside its graph)."""
         if self._stacked is None:
             self._allocate(self.cross_kv[0][0], heads, d_k, d_v)
         P = self.length
         if P + L > self._stacked[0].shape[3]:
             self._grow(P + L)
         self._filled = [P + L] * len(self._filled)
-        return [(k[:, :, : P + L], v[:, :, : P + L]) for k, v in self._buffers]
+        return P
 
     def _grow(self, needed: int) -> None:
         """Double the buffers until ``needed`` positions fit (amortized O(1) a step)."""

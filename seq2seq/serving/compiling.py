@@ -104,10 +104,11 @@ class BackgroundCompile:
 
     def _make(self, group: int) -> None:
         step, encoder = self.step, self.encoder
-        parts = [(step.path(group), step.made_for(group), lambda: step.prepare(self.twin, group))]
+        parts, loads = step.parts(group), [lambda: step.prepare(self.twin, group)]
         if encoder is not None and encoder.loader is None and not encoder.failed:
-            parts.append((encoder.path(), encoder.made_for(), lambda: encoder.prepare(self.twin)))
-        if not all(_usable(path, made_for) for path, made_for, _ in parts):
+            parts.append((encoder.path(), encoder.made_for()))
+            loads.append(lambda: encoder.prepare(self.twin))
+        if not all(_usable(path, made_for) for path, made_for in parts):
             # its notes reach our stderr through a pipe of ours, not our own stderr: a child
             # still compiling must not hold a supervisor's pipe open after we exit
             self.child = subprocess.Popen(child_command(self.checkpoint, group),
@@ -118,14 +119,14 @@ class BackgroundCompile:
             code = self.child.wait()
             if self._stopping:
                 return
-            missing = [path.name for path, made_for, _ in parts if not _usable(path, made_for)]
+            missing = [path.name for path, made_for in parts if not _usable(path, made_for)]
             if missing:  # never compiled here: loading a package is all this process does
                 step.failed = True
                 warnings.warn(FieldWarning("{compile}: compiling in the background failed (exit "
                                            "status {code}, no {missing}); decoding eagerly",
                                            code=code, missing=", ".join(missing)), stacklevel=1)
                 return
-        for _, _, load in parts:
+        for load in loads:
             load()  # loaded and checked against the twin's eager step (a failure: one note)
 
 

@@ -4,8 +4,9 @@
 whole K/V cache buffers ``(R, H, C, d)`` go in and the ``P + 1`` filled positions are sliced
 inside (their count is the length of ``pos``), so the rows, memory rows, capacity, cache
 length and source length are dynamic dimensions. It is ``torch.export``-ed with the model's
-weights and compiled by ``torch._inductor.aoti_compile_and_package`` into a package per
-(weights, torch version, CPU instruction sets, group size), cached on disk
+weights and compiled by ``torch._inductor.aoti_compile_and_package`` into two packages per
+(weights, torch version, CPU instruction sets, group size), one for one sentence (its rows
+fixed, :data:`LONE_CONFIGS`) and one for any number of them, cached on disk
 (:func:`cache_dir`), and run through the C++ loader (``AOTIModelPackageLoader.boxed_run``:
 ``aoti_load_package`` probes the CPU with compilers, seconds). Greedy decoding has group 1,
 beam search group ``k``: each gets its package on first use. Float32 on CPU only. A cached
@@ -42,7 +43,7 @@ from seq2seq.machine import cache_home, cpu_flags
 from seq2seq.model.cache import DecoderCache
 from seq2seq.model.inference.step import decoder_step, layer_step, projections
 
-COUNTS = {"compiled": 0, "loaded": 0, "steps": 0}  # this process's, for tests and notes
+COUNTS = {"compiled": 0, "loaded": 0, "steps": 0, "lone": 0}  # this process's, for tests and notes
 ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
        "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon",
        "asimd", "sve")
@@ -65,6 +66,13 @@ INDUCTOR_CONFIGS = MappingProxyType({
     "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "pattern_matcher": False,
     # the timings of that choice are Inductor's business, not the user's stderr
     "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False})
+# One sentence (one memory row: greedy's 1 decoder row, beam's k) has its own package, its
+# rows fixed and its kernels single-threaded: with so little work a parallel region costs
+# more than it shares out, and with fixed shapes Inductor fuses every GEMM with its epilogue
+# (bias, ReLU, norm) in its own template. The step of one sentence, greedy, took 93-107 us
+# against 223-358 us in the batch package, whatever torch's thread count (1 or 2; 2-core
+# AMD EPYC with AVX2, De->En Tiny). The output projection stays outside, on torch's threads.
+LONE_CONFIGS = MappingProxyType({**INDUCTOR_CONFIGS, "cpp.threads": 1})
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -157,7 +165,7 @@ def _example(model, group: int, sentences: int = 3):
         decoder_step(model, torch.randint(4, model.arch.tgt_vocab_size, (R,), generator=gen), cache)
     attn = model.decoder.layers[0].self_attn
     layouts = cache.cross_layout()
-    cache.extend(1, attn.h, attn.d_k, attn.d_v)
+    cache.advance(1, attn.h, attn.d_k, attn.d_v)
     return (torch.zeros(R, dtype=torch.long), cache.buffers, layouts, torch.empty(cache.length))
 
 
@@ -180,22 +188,25 @@ def manifest_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def package(model, group: int, path: Path, made_for: dict) -> None:
-    """:class:`BufferStep` for ``group`` rows per memory row, compiled into ``path``."""
+def package(model, group: int, path: Path, made_for: dict, lone: bool = False) -> None:
+    """:class:`BufferStep` for ``group`` rows per memory row, compiled into ``path``; ``lone``:
+    for one memory row only (static rows, :data:`LONE_CONFIGS`)."""
     from torch.export import Dim
 
-    args = _example(model, group)
+    args = _example(model, group, 1 if lone else 3)
     M, C, S = (Dim(n, min=1, max=8192) for n in ("M", "C", "S"))
     P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])  # positional table rows
-    H, R = model.decoder.layers[0].cross_attn.h, M if group == 1 else group * M
+    H = model.decoder.layers[0].cross_attn.h
+    R, HM = (Dim.STATIC,) * 2 if lone else (M if group == 1 else group * M, H * M)
     dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
-            "layouts": [({0: H * M, 2: S}, {0: H * M, 1: S}, {0: H * M, 2: S})] * len(args[2]),
+            "layouts": [({0: HM, 2: S}, {0: HM, 1: S}, {0: HM, 2: S})] * len(args[2]),
             "pos": {0: P1}}
-    compile_into(BufferStep(model), args, dims, path, made_for)
+    compile_into(BufferStep(model), args, dims, path, made_for,
+                 LONE_CONFIGS if lone else INDUCTOR_CONFIGS)
 
 
 def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
-                 made_for: dict) -> None:
+                 made_for: dict, configs=INDUCTOR_CONFIGS) -> None:
     """Export ``module`` on ``args`` (``dims``: its dynamic dimensions) and compile it into
     ``path``, written atomically, then its manifest (``made_for`` and the file's sha256): a
     crash between the two leaves a package whose manifest does not match it, made again."""
@@ -210,7 +221,7 @@ def compile_into(module: torch.nn.Module, args: tuple, dims: dict, path: Path,
             warnings.simplefilter("ignore")
             ep = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
             torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
-                                                     inductor_configs=dict(INDUCTOR_CONFIGS))
+                                                     inductor_configs=dict(configs))
         os.chmod(tmp, new_file_mode())  # mkstemp's is owner-only
         made_for = {**made_for, "sha256": file_sha256(Path(tmp))}
         os.replace(tmp, path)
@@ -229,25 +240,27 @@ atexit.register(lambda: [Path(tmp).unlink(missing_ok=True) for tmp in list(_unfi
 
 def stale(path: Path, made_for: dict) -> str | None:
     """Why the package at ``path`` may not run for ``made_for`` (None: it may): its
-    manifest names another model, torch, CPU or beam width, or its bytes are not those
+    manifest names another model, torch, CPU, beam width or sentence count (one sentence's
+    package has fixed shapes), or its bytes are not those
     compiled (truncated, changed, copied over). Loading such a file can crash natively."""
     try:
         manifest = json.loads(manifest_path(path).read_text())
     except (OSError, ValueError):
         return "has no readable manifest"
-    if not isinstance(manifest, dict) or {k: manifest.get(k) for k in made_for} != made_for:
+    if not isinstance(manifest, dict) or {k: v for k, v in manifest.items()
+                                          if k != "sha256"} != made_for:
         return "was made for another model, torch version, CPU or beam width"
     if manifest.get("sha256") != file_sha256(path):
         return "is not the file that was compiled (truncated or changed)"
     return None
 
 
-def self_check(model, loader, group: int) -> float:
+def self_check(model, loader, group: int, sentences: tuple[int, ...] = (1, 3)) -> float:
     """The largest difference between the package's step and the eager one on one and on
     three sentences (a real cache's inputs, so strides as decoding gives them)."""
     worst = 0.0
-    for sentences in (1, 3):
-        tokens, bufs, layouts, pos = _example(model, group, sentences)
+    for n in sentences:
+        tokens, bufs, layouts, pos = _example(model, group, n)
         want = BufferStep(model)(tokens, bufs, layouts, pos)
         got = loader.boxed_run(flat_inputs(tokens, bufs, layouts, pos))[0]
         if got.shape != want.shape:
@@ -289,40 +302,50 @@ def failed(what: str, e: Exception, instead: str) -> None:
 
 
 class CompiledStep:
-    """``decoder_step``'s signature over one package per group size, made or loaded on
-    first use; ``None`` from a call: decode eagerly (it failed once, said so once)."""
+    """``decoder_step``'s signature over two packages per group size, made or loaded on
+    first use: one for one sentence (:data:`LONE_CONFIGS`), one for any number of them;
+    ``None`` from a call: decode eagerly (it failed once, said so once)."""
 
     def __init__(self, model):
         self.key = " ".join([weights_digest(model), torch.__version__, cpu_isa(),
                              json.dumps(dict(INDUCTOR_CONFIGS), sort_keys=True)])
-        self.loaders: dict[int, object] = {}
+        self.loaders: dict[int, object] = {}  # group -> any number of sentences' package
+        self.lone: dict[int, object] = {}  # group -> one sentence's (set before loaders')
         self.failed = False
         # set (background.py): a call without its package asks for it and decodes eagerly,
         # instead of compiling inside the call
         self.build: Callable[[int], None] | None = None
         self.pos = torch.empty(model.tgt_embed.positions.shape[0])  # its first P+1: a size
 
-    def path(self, group: int) -> Path:
-        digest = hashlib.sha256(f"{self.key} group {group}".encode()).hexdigest()[:32]
+    def path(self, group: int, lone: bool = False) -> Path:
+        extra = f" lone {json.dumps(dict(LONE_CONFIGS), sort_keys=True)}" if lone else ""
+        digest = hashlib.sha256(f"{self.key} group {group}{extra}".encode()).hexdigest()[:32]
         return cache_dir() / f"step-{digest}.pt2"
 
+    def made_for(self, group: int, lone: bool = False) -> dict:
+        return {"key": self.key, "group": group, **({"sentences": 1} if lone else {})}
+
+    def parts(self, group: int) -> list[tuple[Path, dict]]:
+        """``group``'s packages, one sentence's first: each one's path and manifest entries."""
+        return [(self.path(group, lone), self.made_for(group, lone)) for lone in (True, False)]
+
     def prepare(self, model, group: int):
-        """The loader of ``group``'s package, made or loaded now if not yet (a server does
-        it at start, not inside a request); None: decode eagerly."""
+        """``group``'s packages made or loaded now if not yet (a server does it at start, not
+        inside a request); returns the any-number one's loader, None: decode eagerly."""
         if group not in self.loaders and not self.failed:
-            self.loaders[group] = self._load(model, group)
+            self.lone[group] = self._load(model, group, lone=True)
+            self.loaders[group] = None if self.failed else self._load(model, group, lone=False)
         return self.loaders.get(group)
 
-    def made_for(self, group: int) -> dict:
-        return {"key": self.key, "group": group}
-
-    def _load(self, model, group: int):
-        what = "greedy search" if group == 1 else f"beam width {group}"
+    def _load(self, model, group: int, lone: bool):
+        what = ("greedy search" if group == 1 else f"beam width {group}") + (
+            ", one sentence" if lone else "")
+        path, made_for = self.path(group, lone), self.made_for(group, lone)
         try:
-            return load_or_compile(self.path(group), self.made_for(group), f"the decoder step "
-                                   f"for this model and {what}",
-                                   lambda path: package(model, group, path, self.made_for(group)),
-                                   lambda loader: self_check(model, loader, group))
+            return load_or_compile(path, made_for, f"the decoder step for this model and {what}",
+                                   lambda path: package(model, group, path, made_for, lone),
+                                   lambda loader: self_check(model, loader, group,
+                                                            (1,) if lone else (1, 3)))
         except Exception as e:  # noqa: BLE001 - any failure: eager decoding, one note
             self.failed = True
             failed("the compiled decoder step", e, "decoding eagerly")
@@ -333,17 +356,21 @@ class CompiledStep:
         eager step runs: it failed, or more than ``MAX_ROWS`` rows)."""
         if self.failed or tokens.device.type != "cpu" or tokens.shape[0] > MAX_ROWS:
             return None
-        loader = self.loaders.get(cache.group)
-        if loader is None and self.build is not None:
-            self.build(cache.group)
-            return None
-        loader = loader or self.prepare(model, cache.group)
+        group = cache.group
+        if group not in self.loaders:
+            if self.build is not None:
+                self.build(group)
+                return None
+            self.prepare(model, group)
+        lone = cache.batch_size == group  # one memory row: one sentence
+        loader = (self.lone if lone else self.loaders).get(group)
         if loader is None:
             return None
         attn = model.decoder.layers[0].self_attn
         layouts = cache.cross_layout()
-        cache.extend(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
+        cache.advance(1, attn.h, attn.d_k, attn.d_v)  # grows the buffers, counts P + 1 filled
         COUNTS["steps"] += 1
+        COUNTS["lone"] += lone
         return loader.boxed_run(flat_inputs(tokens, cache.buffers, layouts,
                                             self.pos[: cache.length]))[0]
 

@@ -120,9 +120,30 @@ def test_one_sentence_at_a_time_equals_eager(search, capsys):
     row the cross layout's reshapes were views whose strides the package does not read."""
     translator = Translator.from_checkpoint(SHIPPED, differential.SEARCHES[search], compile=True)
     texts = differential.POOL[:100]
+    before = dict(compiled.COUNTS)
     outputs = [translator.translate([t])[0] for t in texts]
     differential.check_same("--compile, one at a time", texts, outputs, search)
     assert "failed" not in capsys.readouterr().err
+    # every step through the one-sentence package (its own: fixed rows, one thread)
+    lone = compiled.COUNTS["lone"] - before["lone"]
+    assert lone == compiled.COUNTS["steps"] - before["steps"] > 100
+    assert translator.model.inference.compiled_step.lone[1 if search == "greedy" else 5]
+
+
+def test_a_batch_uses_the_other_package():
+    """Several sentences in a call run the any-number package (the one-sentence package's
+    rows are fixed) until one sentence is left, then the one-sentence package; a call of
+    one sentence after them runs only the latter."""
+    translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
+    before = dict(compiled.COUNTS)
+    differential.check_same("--compile, a batch", TEXTS[:5], translator.translate(TEXTS[:5]),
+                            "greedy")
+    lone, steps = (compiled.COUNTS[k] - before[k] for k in ("lone", "steps"))
+    assert steps - lone >= 5  # every sentence's first steps, at least, took the other one
+    before = dict(compiled.COUNTS)
+    differential.check_same("--compile, then one", TEXTS[5:6], translator.translate(TEXTS[5:6]),
+                            "greedy")
+    assert compiled.COUNTS["lone"] - before["lone"] == compiled.COUNTS["steps"] - before["steps"] > 0
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam5"])
@@ -212,6 +233,8 @@ def _fake_package(tmp_path, made_for: dict) -> Path:
     ("no manifest", "has no readable manifest"),
     ("manifest not JSON", "has no readable manifest"),
     ("another beam width", "was made for another"),
+    ("one sentence's, asked for any number", "was made for another"),
+    ("any number's, asked for one sentence", "was made for another"),
     ("another torch", "was made for another"),
 ])
 def test_a_package_is_checked_against_what_is_asked(tmp_path, harm, why):
@@ -229,6 +252,10 @@ def test_a_package_is_checked_against_what_is_asked(tmp_path, harm, why):
         manifest.write_text("{")
     elif harm == "another beam width":
         asked["group"] = 2
+    elif harm.startswith("one sentence's"):
+        path = _fake_package(tmp_path, {**made_for, "sentences": 1})
+    elif harm.startswith("any number's"):
+        asked["sentences"] = 1
     elif harm == "another torch":
         asked["key"] = "digest 2.14.0 x86_64 avx2"
     got = compiled.stale(path, asked)
@@ -242,15 +269,17 @@ def test_a_greedy_package_under_a_beam_name_is_compiled_again(cache, capsys):
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
     translator.translate(TEXTS[:1])  # the greedy package exists
     step = translator.model.inference.compiled_step
-    for suffix in (".pt2", ".json"):
-        step.path(2).with_suffix(suffix).write_bytes(step.path(1).with_suffix(suffix).read_bytes())
+    for lone in (True, False):  # both packages, one sentence's and any number's
+        for suffix in (".pt2", ".json"):
+            step.path(2, lone).with_suffix(suffix).write_bytes(
+                step.path(1, lone).with_suffix(suffix).read_bytes())
     compiled_before = compiled.COUNTS["compiled"]
     beam2 = Translator.from_checkpoint(SHIPPED, d, compile=True)
     # from Python a warning naming the argument (the CLIs print it naming --compile)
     with pytest.warns(FieldWarning, match="^compile: the cached package .* was made for another "
                       "model, torch version, CPU or beam width; compiling it again"):
         differential.check_same("--compile beam 2", TEXTS[:7], beam2.translate(TEXTS[:7]), "beam2")
-    assert compiled.COUNTS["compiled"] == compiled_before + 1
+    assert compiled.COUNTS["compiled"] == compiled_before + 2
     assert not beam2.model.inference.compiled_step.failed
 
 
@@ -281,6 +310,7 @@ def test_the_server_compiles_at_start_and_answers_as_eager(cache):
     models = load_models([str(SHIPPED)], compile=True)
     step = next(iter(models.values())).translator.model.inference.compiled_step
     assert sorted(step.loaders) == [1, 5] and all(step.loaders.values())
+    assert sorted(step.lone) == [1, 5] and all(step.lone.values())
     steps = compiled.COUNTS["steps"]
     with TestClient(create_app(models)) as client:
         for texts, beam, search in (([TEXTS[5]], 1, "greedy"), (TEXTS[:7], 5, "beam5")):
