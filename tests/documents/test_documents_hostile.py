@@ -70,10 +70,13 @@ def test_adversarial_documents_take_linear_time(shape):
         n *= 2
     small, large = seconds(shape, n, best_of=3), seconds(shape, 10 * n)
     assert large / small < 25, f"{shape}: {n} took {small:.3f} s, {10 * n} took {large:.3f} s"
+    # A megabyte within seconds, not the minutes of a quadratic path (a 200 KB cue took 80 s):
+    # up to 12 s of this thread seen on a 2-core VM whose speed drifts 2x: the bound is 20 s.
     start = time.thread_time()
     translate_document(SHAPES[shape][1](megabyte(shape)).encode(), SHAPES[shape][0], identity,
                        split=split)
-    assert time.thread_time() - start < 10
+    took = time.thread_time() - start
+    assert took < 20, f"{shape}: 1 MB took {took:.1f} s of CPU"
 
 
 # ---------------------------------------------------------------- subtitles wrapped in tags
