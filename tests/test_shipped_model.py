@@ -1,5 +1,5 @@
 """The models shipped under data/models/ are what the README says they are: small, fp16,
-one teacher per direction and a distilled En→De student, and each reproduces the BLEU of
+one teacher and one distilled student per direction, and each reproduces the BLEU of
 its committed evaluation JSON when decoded the same way, from the checkpoint file alone."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"multi30k_de_en_tiny": ("de", "en"), "multi30k_en_de_tiny": ("en", "de"),
-          "multi30k_en_de_student": ("en", "de")}
+          "multi30k_en_de_student": ("en", "de"), "multi30k_de_en_student": ("de", "en")}
 CASES = [pytest.param(pair, ROOT / "data" / "models" / f"{name}.ckpt", id=name) for name, pair in MODELS.items()]
 
 
