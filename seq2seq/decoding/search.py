@@ -99,7 +99,10 @@ def greedy(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_cache: 
            on_step: StepHook | None = None, first: Tensor | None = None) -> SearchResult:
     """Arg-max decoding of ``src (B, S)``; one hypothesis per sentence."""
     src = src.to(_device(model))
-    out, scores, lengths = _single_path(
+    whole = model.inference.compiled_greedy if isinstance(model, Seq2Seq) else None
+    fast = (whole.run(model, src, decoding, first) if whole is not None and use_cache
+            and force_length is None and on_step is None else None)
+    out, scores, lengths = fast if fast is not None else _single_path(
         model, src, decoding, lambda lp: lp.argmax(-1),
         use_cache=use_cache, force_length=force_length, on_step=on_step, first=first,
     )

@@ -25,8 +25,9 @@ import time
 import warnings
 from pathlib import Path
 
+from seq2seq.decoding import compiled_greedy
 from seq2seq.fields import FieldWarning
-from seq2seq.model.inference import compiled, compiled_encoder
+from seq2seq.model.inference import compiled
 from seq2seq.translation.translator import Translator
 
 LOW_PRIORITY = 19  # the child's nice value: the requests' threads come first
@@ -39,10 +40,12 @@ class BackgroundCompile:
     def __init__(self, model, checkpoint: str | os.PathLike, groups: tuple[int, ...] = (1,)):
         self.step = model.inference.compiled_step
         self.encoder = model.inference.compiled_encoder
+        self.greedy = model.inference.compiled_greedy  # made with group 1's child
         assert self.step is not None, "compiled.enable(model) first"
         self.checkpoint = str(checkpoint)
         self.twin = copy.deepcopy(model)  # the packages are checked on it; taken before any call
-        self.twin.inference.compiled_step = self.twin.inference.compiled_encoder = None
+        features = self.twin.inference
+        features.compiled_step = features.compiled_encoder = features.compiled_greedy = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._asked: set[int] = set()
         self._lock = threading.Lock()
@@ -103,11 +106,14 @@ class BackgroundCompile:
                     self._idle.set()
 
     def _make(self, group: int) -> None:
-        step, encoder = self.step, self.encoder
+        step, encoder, greedy = self.step, self.encoder, self.greedy
         parts, loads = step.parts(group), [lambda: step.prepare(self.twin, group)]
         if encoder is not None and encoder.loader is None and not encoder.failed:
             parts.append((encoder.path(), encoder.made_for()))
             loads.append(lambda: encoder.prepare(self.twin))
+        if group == 1 and greedy is not None and greedy.loader is None and not greedy.failed:
+            parts.append((greedy.path(), greedy.made_for()))
+            loads.append(lambda: greedy.prepare(self.twin))
         if not all(_usable(path, made_for) for path, made_for in parts):
             # its notes reach our stderr through a pipe of ours, not our own stderr: a child
             # still compiling must not hold a supervisor's pipe open after we exit
@@ -145,10 +151,8 @@ def enable(model, checkpoint: str | os.PathLike,
            groups: tuple[int, ...] = (1,)) -> BackgroundCompile | None:
     """Compile ``model``'s step (for each of ``groups``, then any asked for) and encoder in
     the background; None, with compiled.enable's note, without a C++ compiler."""
-    if model.inference.compiled_step is None:
-        if not compiled.enable(model):
-            return None
-        compiled_encoder.enable(model)
+    if model.inference.compiled_step is None and not compiled_greedy.enable(model):
+        return None
     return BackgroundCompile(model, checkpoint, groups)
 
 
@@ -172,5 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     model = Translator.from_checkpoint(args.checkpoint, compile=True).model
     for group in args.groups:
         model.inference.compiled_step.prepare(model, group)
+        if group == 1 and model.inference.compiled_greedy is not None:
+            model.inference.compiled_greedy.prepare(model)
     if model.inference.compiled_encoder is not None:
         model.inference.compiled_encoder.prepare(model)

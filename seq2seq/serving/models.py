@@ -98,6 +98,8 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
                 features.compiled_step.prepare(translator.model, group)
             if features.compiled_encoder is not None:
                 features.compiled_encoder.prepare(translator.model)
+            if features.compiled_greedy is not None:  # one sentence's whole greedy step
+                features.compiled_greedy.prepare(translator.model)
         building = None
         if background_compile and not compile and translator.compute_type == "float32" \
                 and torch.device(device).type == "cpu":

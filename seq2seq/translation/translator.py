@@ -35,13 +35,14 @@ from seq2seq.config import DecodingConfig
 from seq2seq.config.decoding import ComputeType, load_config
 from seq2seq.data.batch import collate_src, token_batches
 from seq2seq.data.tokenizer import TokenizerPair
+from seq2seq.decoding import compiled_greedy
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.rules import length_limits, truncate_source
 from seq2seq.decoding.search import search
 from seq2seq.directions import DirectionError, Directions, directions_of, tag_piece
 from seq2seq.fields import FieldError, FieldWarning
 from seq2seq.model import Seq2Seq
-from seq2seq.model.inference import compiled, compiled_encoder, compute
+from seq2seq.model.inference import compute
 from seq2seq.model.inference.shortlist import Shortlist
 from seq2seq.model.members import Members
 from seq2seq.translation import paragraphs, passthrough
@@ -165,8 +166,7 @@ class Translator:
             if translator.compute_type != "float32":
                 raise FieldError("{compile}: only for {compute_type} float32, not {got}",
                                  got=translator.compute_type)
-            if compiled.enable(translator.model):
-                compiled_encoder.enable(translator.model)
+            compiled_greedy.enable(translator.model)  # the step, encoder and greedy step
         return translator
 
     @classmethod

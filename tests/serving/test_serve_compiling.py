@@ -20,6 +20,7 @@ from helpers import multi30k_lines, needs_cpp_compiler
 
 import seq2seq.model.inference.compiled as compiled
 from seq2seq.config import DecodingConfig
+from seq2seq.decoding import compiled_greedy
 from seq2seq.fields import FieldWarning
 from seq2seq.translation.translator import Translator
 
@@ -63,10 +64,11 @@ def test_answers_at_once_then_from_the_packages(cache):
     assert served.compile_state == "ready"
     features = translator.model.inference
     assert sorted(features.compiled_step.loaders) == [1, 5] and features.compiled_encoder.loader
-    steps = compiled.COUNTS["steps"]
+    assert features.compiled_greedy.loader is not None  # one sentence's whole greedy step
+    sentences = compiled_greedy.COUNTS["sentences"]
     differential.check_same("compiled in the background", TEXTS,
                             _one_at_a_time(translator, TEXTS), "greedy")
-    assert compiled.COUNTS["steps"] > steps  # the package's step ran
+    assert compiled_greedy.COUNTS["sentences"] == sentences + len(TEXTS)  # the package ran
     assert compiled.COUNTS["compiled"] == counts["compiled"]  # made by the child, not here
     assert served.describe()["compile"] == "ready"
     assert not list(cache.rglob(".*.pt2"))  # no temporary file left

@@ -152,7 +152,7 @@ def note(msg: str) -> None:
     print(f"{prog}: {msg}", file=sys.stderr, flush=True)
 
 
-def _example(model, group: int, sentences: int = 3):
+def step_example(model, group: int, sentences: int = 3):
     """``BufferStep``'s inputs after 5 steps of random sources of 11 tokens, laid out by a
     real cache. For export, 3 sentences: sizes other than 0 and 1 (specialized) and apart
     from each other (equal sizes may be unified); :func:`self_check` also takes 1."""
@@ -193,7 +193,7 @@ def package(model, group: int, path: Path, made_for: dict, lone: bool = False) -
     for one memory row only (static rows, :data:`LONE_CONFIGS`)."""
     from torch.export import Dim
 
-    args = _example(model, group, 1 if lone else 3)
+    args = step_example(model, group, 1 if lone else 3)
     M, C, S = (Dim(n, min=1, max=8192) for n in ("M", "C", "S"))
     P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])  # positional table rows
     H = model.decoder.layers[0].cross_attn.h
@@ -260,7 +260,7 @@ def self_check(model, loader, group: int, sentences: tuple[int, ...] = (1, 3)) -
     three sentences (a real cache's inputs, so strides as decoding gives them)."""
     worst = 0.0
     for n in sentences:
-        tokens, bufs, layouts, pos = _example(model, group, n)
+        tokens, bufs, layouts, pos = step_example(model, group, n)
         want = BufferStep(model)(tokens, bufs, layouts, pos)
         got = loader.boxed_run(flat_inputs(tokens, bufs, layouts, pos))[0]
         if got.shape != want.shape:

@@ -26,4 +26,7 @@ class Inference:
     packed_output: PackedProjection = field(default_factory=PackedProjection)  # not a weight
     compiled_step: CompiledStep | None = None  # --compile (compiled.enable)
     compiled_encoder: CompiledEncoder | None = None  # --compile, small batches
+    # --compile, one sentence's greedy search (decoding.compiled_greedy.CompiledGreedy, a
+    # layer above: typed loosely)
+    compiled_greedy: object | None = None
     shortlist: Shortlist | None = None  # decode over each batch's candidates (shortlist.py)

@@ -18,6 +18,7 @@ import seq2seq.model.inference.compiled as compiled
 import seq2seq.model.inference.step as step_module
 from seq2seq.cli import translate
 from seq2seq.config import DecodingConfig
+from seq2seq.decoding import compiled_greedy
 from seq2seq.fields import FieldWarning
 from seq2seq.translation.translator import Translator
 
@@ -120,30 +121,37 @@ def test_one_sentence_at_a_time_equals_eager(search, capsys):
     row the cross layout's reshapes were views whose strides the package does not read."""
     translator = Translator.from_checkpoint(SHIPPED, differential.SEARCHES[search], compile=True)
     texts = differential.POOL[:100]
-    before = dict(compiled.COUNTS)
+    before, before_greedy = dict(compiled.COUNTS), compiled_greedy.COUNTS["sentences"]
     outputs = [translator.translate([t])[0] for t in texts]
     differential.check_same("--compile, one at a time", texts, outputs, search)
     assert "failed" not in capsys.readouterr().err
+    if search == "greedy":  # every sentence through its whole compiled greedy step
+        assert compiled_greedy.COUNTS["sentences"] - before_greedy == len(texts)
+        assert compiled.COUNTS["steps"] == before["steps"]
+        return
     # every step through the one-sentence package (its own: fixed rows, one thread)
     lone = compiled.COUNTS["lone"] - before["lone"]
     assert lone == compiled.COUNTS["steps"] - before["steps"] > 100
-    assert translator.model.inference.compiled_step.lone[1 if search == "greedy" else 5]
+    assert translator.model.inference.compiled_step.lone[5]
 
 
 def test_a_batch_uses_the_other_package():
     """Several sentences in a call run the any-number package (the one-sentence package's
     rows are fixed) until one sentence is left, then the one-sentence package; a call of
-    one sentence after them runs only the latter."""
+    one sentence after them runs neither: its whole greedy step is one package of its own
+    (``decoding.compiled_greedy``)."""
     translator = Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True)
     before = dict(compiled.COUNTS)
     differential.check_same("--compile, a batch", TEXTS[:5], translator.translate(TEXTS[:5]),
                             "greedy")
     lone, steps = (compiled.COUNTS[k] - before[k] for k in ("lone", "steps"))
     assert steps - lone >= 5  # every sentence's first steps, at least, took the other one
-    before = dict(compiled.COUNTS)
+    assert lone > 0  # the last sentence left in the batch: the one-sentence step package
+    before, sentences = dict(compiled.COUNTS), compiled_greedy.COUNTS["sentences"]
     differential.check_same("--compile, then one", TEXTS[5:6], translator.translate(TEXTS[5:6]),
                             "greedy")
-    assert compiled.COUNTS["lone"] - before["lone"] == compiled.COUNTS["steps"] - before["steps"] > 0
+    assert [compiled.COUNTS[k] - before[k] for k in ("steps", "lone")] == [0, 0]
+    assert compiled_greedy.COUNTS["sentences"] == sentences + 1
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam5"])
@@ -295,7 +303,8 @@ def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, cap
         differential.check_same("--compile refused", TEXTS[:1], translator.translate(TEXTS[:1]),
                                 "greedy")
     said = sorted(str(n.message).split(" failed")[0] for n in notes)
-    assert said == ["compile: the compiled decoder step", "compile: the compiled encoder"]
+    assert said == ["compile: the compiled decoder step", "compile: the compiled encoder",
+                    "compile: the compiled greedy step"]
     assert capsys.readouterr().err == ""
 
 
