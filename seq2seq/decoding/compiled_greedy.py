@@ -165,6 +165,8 @@ class CompiledGreedy:
         state, last = start(model, src, True, max_len + 1, first=first)
         cache, run, eos = state.cache, self.loader.boxed_run, arch.eos_id
         layouts = cache.cross_layout()  # one row: never reordered
+        if layouts is None:  # a source without a key (the general layers handle it)
+            return None
         out, chosen = torch.full((max_len + 1,), arch.pad_id), torch.zeros(max_len + 1)
         limits = torch.tensor([0, max_len, decoding.min_len, decoding.no_repeat_ngram_size])
         for _ in range(max_len + 1):
