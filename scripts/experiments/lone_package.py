@@ -49,10 +49,14 @@ def paired(translator: Translator, texts: list[str]) -> tuple[list[float], list[
     return times[True], times[False]
 
 
-def arguments(description: str) -> tuple[argparse.Namespace, list[str]]:
-    """The paired studies' options (model, threads, sentences; torch's threads set) and
-    their texts: the 10 untimed test_2016_flickr sentences, then the timed ones."""
+def arguments(description: str, parts: tuple[str, ...] = ()) -> tuple[argparse.Namespace,
+                                                                      list[str]]:
+    """The paired studies' options (model, threads, sentences, ``--part`` among ``parts``;
+    torch's threads set) and their texts: the 10 untimed test_2016_flickr sentences, then
+    the timed ones."""
     ap = argparse.ArgumentParser(description=description)
+    if parts:
+        ap.add_argument("--part", choices=parts, default=parts[0])
     ap.add_argument("-m", "--model", default=str(ROOT / "data/models/multi30k_de_en_tiny.ckpt"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=200, help="sentences timed")

@@ -13,6 +13,7 @@ best finished hypothesis reaches :func:`finish_bound`; done sentences leave the 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -266,10 +267,19 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
     beams = _Beams(sent, scores, torch.full((B, K, T), arch.pad_id, dtype=torch.long, device=device),
                    first, max_len_all, sent[:, None] * K)
     rank = torch.arange(min(2 * K, K * min(2 * K, arch.tgt_vocab_size)), device=device)
+    scorer = None if force_length is not None or on_step is not None else _scorer(
+        model, rows, src, decoding, K)
+    limits = torch.tensor([0, int(max_len_all[0]), decoding.min_len,
+                           decoding.no_repeat_ngram_size])  # the scorer's rules
     for t in range(T):
-        row_top, row_tok = _row_tops(rows, beams, t, decoding, arch, force_length is not None,
-                                     on_step)
-        cand = _candidates(beams, row_top, row_tok)
+        if scorer is not None:  # one sentence (N stays 1: it ends the search when done)
+            limits[0] = t
+            cand = _Candidates(*(x[None] for x in scorer(
+                rows.cache, beams.last, beams.tokens[0], beams.scores[0], limits)))
+        else:
+            row_top, row_tok = _row_tops(rows, beams, t, decoding, arch,
+                                         force_length is not None, on_step)
+            cand = _candidates(beams, row_top, row_tok)
         last_step = force_length is not None and t == T - 1
         is_eos = cand.tok == eos
         _offer_finished(pool, beams, cand, is_eos, t, decoding, last_step)
@@ -284,6 +294,17 @@ def beam_search(model: Seq2Seq, src: Tensor, decoding: DecodingConfig, *, use_ca
         beams = _drop_done(rows, beams, parents, done, n_done)
     nbest = min(decoding.nbest, K)
     return [h[:nbest] for h in pool.hypotheses(eos)], pool.tokens[:, 0]
+
+
+def _scorer(model, rows, src: Tensor, decoding: DecodingConfig, K: int):
+    """One sentence's compiled scoring of a step (``compiled_beam``: the step's top 2K
+    extensions in one package call), or None: :func:`_row_tops` and :func:`_candidates`."""
+    beam = model.inference.compiled_beam if isinstance(model, Seq2Seq) else None
+    if (beam is None or not isinstance(rows, DecoderRows) or rows.cache is None
+            or not beam.applies(model, src, decoding)):
+        return None
+    loader = beam.scorer(model, K)
+    return None if loader is None else functools.partial(beam.candidates, model, loader)
 
 
 def pool_size(decoding: DecodingConfig) -> int:

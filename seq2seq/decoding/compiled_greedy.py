@@ -25,45 +25,31 @@ Used by ``search.greedy`` for a batch of one sentence, cached, on a float32 CPU 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.rules import NEG_INF, NGRAM_MAX, constrain, constrain_graph, max_lengths
+from seq2seq.decoding.compiled_beam import CompiledBeam, ScoringStep, step_dims
+from seq2seq.decoding.rules import NGRAM_MAX, constrain, max_lengths
 from seq2seq.decoding.state import start
-from seq2seq.model.inference import compiled, compiled_encoder
+from seq2seq.model.inference import compiled, compiled_encoder, compiled_source
 
 COUNTS = {"sentences": 0}  # sentences this process decoded through the package (tests)
 
 
-class GreedyStep(compiled.BufferStep):
+class GreedyStep(ScoringStep):
     """``BufferStep``'s inputs for one decoder row, the row's outputs so far ``out (T,)``
     (pad after the ``t`` written), their log-probs ``chosen (T,)`` and ``limits (4,)`` = t,
     max_len, min_len, n-gram size -> the chosen token ``(1,)``, the rules applied; the step
     also writes it and its log-prob at ``t`` and counts ``t + 1`` (in place)."""
 
-    def __init__(self, model):
-        super().__init__(model)
-        arch = model.arch
-        never = torch.zeros(arch.tgt_vocab_size)
-        never[[arch.pad_id, arch.bos_id]] = NEG_INF  # never outputs (rules.never_output)
-        self.register_buffer("never", never, persistent=False)
-        layer = model.output
-        self.register_buffer("w_t", layer.weight.detach().t().contiguous(), persistent=False)
-        self.register_buffer("b", torch.zeros(arch.tgt_vocab_size) if layer.bias is None
-                             else layer.bias.detach().clone(), persistent=False)
-
     def forward(self, tokens, bufs, layouts, pos, out, chosen, limits):
-        h = super().forward(tokens, bufs, layouts, pos)[:, 0]  # (1, d_model)
-        lprobs = torch.log_softmax(torch.addmm(self.b, h, self.w_t), dim=-1)[0]  # (V,)
-        t = limits[:1]
-        lprobs = constrain_graph(lprobs, t[0], out, limits[1], limits[2], limits[3],
-                                 self.never, self.model.arch.eos_id)
+        lprobs = self.log_probs(tokens, bufs, layouts, pos, limits, out[None])[0]  # (V,)
         tok = lprobs.argmax().view(1)
         # the search's bookkeeping in place: the token and its log-prob at t, then t + 1
+        t = limits[:1]
         out.index_copy_(0, t, tok)
         chosen.index_copy_(0, t, lprobs.index_select(0, tok))
         limits.index_add_(0, torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.long))
@@ -85,12 +71,8 @@ def make(model, path: Path, made_for: dict) -> None:
     positions, the source and the output so far dynamic)."""
     from torch.export import Dim
 
-    args = _example(model, 4, 19)
-    C, S, T = (Dim(n, min=1, max=8192) for n in ("C", "S", "T"))
-    P1 = Dim("P1", min=1, max=model.tgt_embed.positions.shape[0])
-    dims = {"tokens": None, "bufs": [({2: C}, {2: C})] * len(args[1]),
-            "layouts": [({2: S}, {1: S}, {2: S})] * len(args[2]), "pos": {0: P1},
-            "out": {0: T}, "chosen": {0: T}, "limits": None}
+    args, T = _example(model, 4, 19), Dim("T", min=1, max=8192)
+    dims = {**step_dims(model, args, {0: T}), "chosen": {0: T}, "limits": None}
     compiled.compile_into(GreedyStep(model), args, dims, path, made_for, compiled.LONE_CONFIGS)
 
 
@@ -126,8 +108,7 @@ class CompiledGreedy:
         self.failed = False
 
     def path(self) -> Path:
-        configs = json.dumps(dict(compiled.LONE_CONFIGS), sort_keys=True)
-        digest = hashlib.sha256(f"{self.step.key} greedy {configs}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{self.step.key} greedy {compiled.lone_tag()}".encode()).hexdigest()
         return compiled.cache_dir() / f"greedy-{digest[:32]}.pt2"
 
     def made_for(self) -> dict:
@@ -183,10 +164,13 @@ class CompiledGreedy:
 
 def enable(model) -> bool:
     """What ``--compile`` gives a float32 CPU model: the compiled decoder step
-    (``compiled.enable``), the compiled encoder and this greedy step; False, with
+    (``compiled.enable``), the compiled encoder, one sentence's source side, this greedy
+    step and one sentence's beam scoring (``compiled_beam``); False, with
     ``compiled.enable``'s note, without a C++ compiler."""
     if not compiled.enable(model):
         return False
     compiled_encoder.enable(model)
+    compiled_source.enable(model)
     model.inference.compiled_greedy = CompiledGreedy(model.inference.compiled_step)
+    model.inference.compiled_beam = CompiledBeam(model.inference.compiled_step)
     return True

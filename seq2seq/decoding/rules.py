@@ -118,31 +118,32 @@ NGRAM_MAX = 8  # the longest n a compiled loop bans by (a larger one decodes eag
 
 def constrain_graph(lprobs: Tensor, t: Tensor, out: Tensor, max_len: Tensor, min_len: Tensor,
                     ngram: Tensor, never: Tensor, eos: int) -> Tensor:
-    """:func:`constrain` for one row inside a compiled loop, with no host sync and fixed
-    shapes: ``lprobs (V,)`` at step ``t`` (0-d), ``out (C,)`` the row's outputs so far
-    (``t`` of them, pad after), ``max_len``/``min_len``/``ngram`` 0-d (``ngram`` at most
+    """:func:`constrain` inside a compiled step, with no host sync and fixed shapes, for one
+    row or the rows of one sentence: ``lprobs (V,)`` or ``(R, V)`` at step ``t`` (0-d),
+    ``out (C,)`` / ``(R, C)`` the rows' outputs so far (``t`` of them, pad after),
+    ``max_len``/``min_len``/``ngram`` 0-d, shared by the rows (``ngram`` at most
     :data:`NGRAM_MAX`), ``never (V,)`` 0 or ``-inf`` (pad and bos). Returns new log-probs:
     the same values :func:`constrain` leaves."""
-    is_eos = torch.arange(lprobs.shape[0], device=lprobs.device) == eos
-    raw_eos = lprobs.select(0, eos)
+    is_eos = torch.arange(lprobs.shape[-1], device=lprobs.device) == eos
+    raw_eos = lprobs.select(-1, eos)[..., None]
     lprobs = _ban_ngrams_graph(lprobs + never, t, out, ngram)
     early = t < torch.minimum(min_len, max_len)
     lprobs = torch.where(is_eos & early, NEG_INF, lprobs)
     # min_len and the n-gram ban together may leave no token: EOS then stays allowed
-    stuck = early & (ngram > 0) & lprobs.isneginf().all()
+    stuck = (early & (ngram > 0) & lprobs.isneginf().all(-1))[..., None]
     lprobs = torch.where(is_eos & stuck, raw_eos, lprobs)
     return torch.where((t == max_len) & ~is_eos, NEG_INF, lprobs)
 
 
 def _ban_ngrams_graph(lprobs: Tensor, t: Tensor, out: Tensor, n: Tensor) -> Tensor:
-    """:func:`ban_repeated_ngrams` for one row, ``n`` (0-d, 0 = off) a tensor: every window
-    ``out[i : i + n]`` inside the first ``t`` outputs whose first ``n - 1`` tokens are the
-    last ``n - 1`` bans its last token."""
-    C = out.shape[0]
+    """:func:`ban_repeated_ngrams` for ``out (C,)`` or ``(R, C)``, ``n`` (0-d, 0 = off) a
+    tensor: every window ``out[..., i : i + n]`` inside the first ``t`` outputs whose first
+    ``n - 1`` tokens are the row's last ``n - 1`` bans its last token."""
+    C = out.shape[-1]
     i = torch.arange(C, device=out.device)[:, None]  # window starts
     j = torch.arange(NGRAM_MAX - 1, device=out.device)[None, :]  # offsets in the context
-    context = out[(t - n + 1 + j).clamp(0, C - 1)]  # (1, NGRAM_MAX - 1): the last n - 1
-    same = (out[(i + j).clamp(max=C - 1)] == context) | (j >= n - 1)  # (C, NGRAM_MAX - 1)
-    match = same.all(1) & (i[:, 0] <= t - n) & (n > 0)  # (C,): whole windows only
-    last = out[(i[:, 0] + n - 1).clamp(0, C - 1)]  # each window's last token
-    return lprobs.scatter_reduce(0, last, torch.where(match, NEG_INF, float("inf")), "amin")
+    context = out[..., (t - n + 1 + j).clamp(0, C - 1)]  # (..., 1, NGRAM_MAX - 1): the last n - 1
+    same = (out[..., (i + j).clamp(max=C - 1)] == context) | (j >= n - 1)  # (..., C, NGRAM_MAX - 1)
+    match = same.all(-1) & (i[:, 0] <= t - n) & (n > 0)  # (..., C): whole windows only
+    last = out[..., (i[:, 0] + n - 1).clamp(0, C - 1)]  # each window's last token
+    return lprobs.scatter_reduce(-1, last, torch.where(match, NEG_INF, float("inf")), "amin")

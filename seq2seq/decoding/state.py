@@ -51,12 +51,14 @@ class DecoderRows:
     identical and need no copy. ``shortlist (C,)``: the only target ids the output
     projection computes (``model/inference/shortlist.py``)."""
 
-    def __init__(self, model: Seq2Seq, memory: Tensor, memory_mask: Tensor, use_cache: bool,
-                 capacity: int, group: int = 1, shortlist: Tensor | None = None):
+    def __init__(self, model: Seq2Seq, memory: Tensor | None, memory_mask: Tensor | None,
+                 use_cache: bool, capacity: int, group: int = 1, shortlist: Tensor | None = None,
+                 cache: DecoderCache | None = None):
         self.model = model
         self.restricted = None if shortlist is None else Restricted(model.output, shortlist)
-        self.cache: DecoderCache | None = (
-            model.init_cache(memory, memory_mask, capacity, group) if use_cache else None)
+        if cache is None and use_cache:  # ``cache``: made already (one sentence's package)
+            cache = model.init_cache(memory, memory_mask, capacity, group)
+        self.cache: DecoderCache | None = cache
         self.memory, self.memory_mask = (None, None) if use_cache else (memory, memory_mask)
         self.prefix = None if use_cache else memory.new_zeros((memory.shape[0], 0), dtype=torch.long)
 
@@ -93,7 +95,14 @@ class DecoderRows:
 
 def encoded_rows(model: Seq2Seq, src: Tensor, use_cache: bool, capacity: int,
                  group: int = 1, shortlist: Tensor | None = None) -> DecoderRows:
-    """Encode ``src (B, S)`` once: one model's decoder rows over its memory."""
+    """Encode ``src (B, S)`` once: one model's decoder rows over its memory (with
+    ``--compile``, one sentence's cache straight from its source package:
+    ``model.inference.compiled_source``)."""
+    fast = model.inference.compiled_source
+    if fast is not None and use_cache and shortlist is None:
+        cache = fast.cache(model, src, capacity, group)
+        if cache is not None:
+            return DecoderRows(model, None, None, True, capacity, group, cache=cache)
     src_mask = model.source_mask(src)  # (B, 1, 1, S)
     with phase("seq2seq.encode"):
         memory = model.encode(src, src_mask)  # (B, S, d_model)

@@ -39,6 +39,19 @@ class DecoderCache:
         self._filled: list[int] = [0] * len(cross_kv)  # positions written, per layer
         self._layout: list[tuple[Tensor, Tensor, Tensor]] | None = None  # see cross_layout
 
+    @classmethod
+    def from_layout(cls, layout: list[tuple[Tensor, Tensor, Tensor]], memory_mask: Tensor,
+                    capacity: int = 64, group: int = 1) -> DecoderCache:
+        """A cache for one memory row (``group`` decoder rows) whose cross side arrives laid
+        out already (a compiled source package, :meth:`cross_layout`'s form): its K/V are
+        views of that layout."""
+        H, d_k, S = layout[0][0].shape
+        cross_kv = [(k_t.view(1, H, d_k, S).transpose(2, 3), v.view(1, H, S, v.shape[2]))
+                    for k_t, v, _ in layout]
+        cache = cls(cross_kv, memory_mask, capacity, group)
+        cache._layout = list(layout)
+        return cache
+
     @property
     def length(self) -> int:
         """Target positions already decoded (P): the position of the next token."""

@@ -41,11 +41,14 @@ class BackgroundCompile:
         self.step = model.inference.compiled_step
         self.encoder = model.inference.compiled_encoder
         self.greedy = model.inference.compiled_greedy  # made with group 1's child
+        self.beam = model.inference.compiled_beam  # made with each beam width's child
+        self.source = model.inference.compiled_source  # made with the first group's child
         assert self.step is not None, "compiled.enable(model) first"
         self.checkpoint = str(checkpoint)
         self.twin = copy.deepcopy(model)  # the packages are checked on it; taken before any call
         features = self.twin.inference
         features.compiled_step = features.compiled_encoder = features.compiled_greedy = None
+        features.compiled_source = features.compiled_beam = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._asked: set[int] = set()
         self._lock = threading.Lock()
@@ -53,8 +56,9 @@ class BackgroundCompile:
         self._idle = threading.Event()
         self.child: subprocess.Popen | None = None  # the latest child process
         self.step.build = self.ask
-        if self.encoder is not None:
-            self.encoder.build = lambda: None  # made with the first group's child
+        for part in (self.encoder, self.source):
+            if part is not None:
+                part.build = lambda: None  # made with the first group's child
         for group in groups:
             self.ask(group)
         self._stopping = False
@@ -106,14 +110,19 @@ class BackgroundCompile:
                     self._idle.set()
 
     def _make(self, group: int) -> None:
-        step, encoder, greedy = self.step, self.encoder, self.greedy
+        step, greedy = self.step, self.greedy
         parts, loads = step.parts(group), [lambda: step.prepare(self.twin, group)]
-        if encoder is not None and encoder.loader is None and not encoder.failed:
-            parts.append((encoder.path(), encoder.made_for()))
-            loads.append(lambda: encoder.prepare(self.twin))
+        for part in (self.encoder, self.source):
+            if part is not None and part.loader is None and not part.failed:
+                parts.append((part.path(), part.made_for()))
+                loads.append(lambda part=part: part.prepare(self.twin))
         if group == 1 and greedy is not None and greedy.loader is None and not greedy.failed:
             parts.append((greedy.path(), greedy.made_for()))
             loads.append(lambda: greedy.prepare(self.twin))
+        beam = self.beam
+        if group > 1 and beam is not None and group not in beam.loaders and not beam.failed:
+            parts.append((beam.path(group), beam.made_for(group)))
+            loads.append(lambda: beam.prepare(self.twin, group))
         if not all(_usable(path, made_for) for path, made_for in parts):
             # its notes reach our stderr through a pipe of ours, not our own stderr: a child
             # still compiling must not hold a supervisor's pipe open after we exit
@@ -178,5 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         model.inference.compiled_step.prepare(model, group)
         if group == 1 and model.inference.compiled_greedy is not None:
             model.inference.compiled_greedy.prepare(model)
-    if model.inference.compiled_encoder is not None:
-        model.inference.compiled_encoder.prepare(model)
+        if group > 1 and model.inference.compiled_beam is not None:
+            model.inference.compiled_beam.prepare(model, group)
+    for part in (model.inference.compiled_encoder, model.inference.compiled_source):
+        if part is not None:
+            part.prepare(model)

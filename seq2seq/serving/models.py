@@ -96,10 +96,13 @@ def load_models(specs: list[str], device: str | torch.device = "cpu",
         if compile and features.compiled_step is not None:  # packages made now, not in a request
             for group in (1, translator.decoding.beam_size):  # greedy, and the default beam
                 features.compiled_step.prepare(translator.model, group)
-            if features.compiled_encoder is not None:
-                features.compiled_encoder.prepare(translator.model)
+            for part in (features.compiled_encoder, features.compiled_source):
+                if part is not None:
+                    part.prepare(translator.model)
             if features.compiled_greedy is not None:  # one sentence's whole greedy step
                 features.compiled_greedy.prepare(translator.model)
+            if features.compiled_beam is not None and translator.decoding.beam_size > 1:
+                features.compiled_beam.prepare(translator.model, translator.decoding.beam_size)
         building = None
         if background_compile and not compile and translator.compute_type == "float32" \
                 and torch.device(device).type == "cpu":

@@ -1,7 +1,8 @@
 """One sentence's greedy search with its whole step compiled (``decoding.compiled_greedy``):
 the rules inside the graph leave the values ``rules.constrain`` leaves, on generated steps;
 the compiled search gives the eager search's tokens, scores and lengths on generated batches
-of one under every rule (n-gram bans, min and max length, a decoder-side start token), falls
+of one under every rule (n-gram bans, min and max length, a decoder-side start token), its
+cache from the source package or from the eager route, falls
 back where it does not apply, and its load check catches a package that chooses wrong."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from seq2seq.config import DecodingConfig, ModelConfig
 from seq2seq.data.batch import collate_src
 from seq2seq.decoding import compiled_greedy, search
 from seq2seq.decoding.rules import NGRAM_MAX, constrain, constrain_graph
+from seq2seq.model.inference import compiled_source
 from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +51,31 @@ def test_rules_in_the_graph_are_the_rules(data):
     assert torch.equal(got, want)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_rules_in_the_graph_are_the_rules_on_a_sentences_rows(data):
+    """As above for the rows of one sentence (a beam's, ``(R, V)``, each its own outputs so
+    far): ``constrain_graph`` on the rows equals ``constrain`` on them."""
+    V, T = ARCH.tgt_vocab_size, data.draw(st.integers(2, 16), label="T")
+    R, t = data.draw(st.integers(1, 6), label="R"), data.draw(st.integers(0, T - 1), label="t")
+    max_len = data.draw(st.integers(max(t, 1), T - 1), label="max_len")
+    min_len = data.draw(st.integers(0, 6), label="min_len")
+    n = data.draw(st.integers(0, NGRAM_MAX), label="n")
+    rows = data.draw(st.lists(st.lists(st.integers(3, 5), min_size=t, max_size=t),
+                              min_size=R, max_size=R), label="rows")
+    lprobs = torch.log_softmax(torch.randn(R, V, generator=torch.Generator().manual_seed(t)), -1)
+    out = torch.full((R, T), ARCH.pad_id)
+    out[:, :t] = torch.tensor(rows, dtype=torch.long).view(R, t)
+    never = torch.zeros(V)
+    never[[ARCH.pad_id, ARCH.bos_id]] = float("-inf")
+    decoding = DecodingConfig(min_len=min_len, no_repeat_ngram_size=n)
+    want = constrain(lprobs.clone(), t, torch.full((R,), max_len), decoding, ARCH, False,
+                     out[:, :t] if n else None)
+    got = constrain_graph(lprobs.clone(), torch.tensor(t), out, torch.tensor(max_len),
+                          torch.tensor(min_len), torch.tensor(n), never, ARCH.eos_id)
+    assert torch.equal(got, want)
+
+
 # ------------------------------------------------------------ the compiled search
 @pytest.fixture(scope="module")
 def model(compiled_cache):
@@ -60,19 +87,24 @@ def model(compiled_cache):
         greedy = translator.model.inference.compiled_greedy
         greedy.prepare(translator.model)
         assert greedy.loader is not None, "the greedy package was not made"
+        source = translator.model.inference.compiled_source
+        source.prepare(translator.model)
+        assert source.loader is not None, "the source package was not made"
     return translator
 
 
 def _both(model, src: torch.Tensor, decoding: DecodingConfig, first=None):
-    """(compiled, eager) greedy results of ``src``; the compiled one must have run."""
+    """(compiled, eager) greedy results of ``src``: the eager one step by step from the
+    eager encoder and cross K/V."""
     features, before = model.inference, compiled_greedy.COUNTS["sentences"]
     fast = search.greedy(model, src, decoding, first=first)
     ran = compiled_greedy.COUNTS["sentences"] - before
     whole, features.compiled_greedy = features.compiled_greedy, None
+    source, features.compiled_source = features.compiled_source, None
     try:
         eager = search.greedy(model, src, decoding, first=first)
     finally:
-        features.compiled_greedy = whole
+        features.compiled_greedy, features.compiled_source = whole, source
     return fast, eager, ran
 
 
@@ -107,10 +139,19 @@ def _src(translator, ids: list[int]) -> torch.Tensor:
     DecodingConfig(method="greedy", max_len_a=0.0, max_len_b=3),  # EOS forced at step 3
 ], ids=["default", "no-ban", "ban-1", "ban-2-min-12", "max-3"])
 def test_compiled_greedy_is_the_eager_search(model, decoding):
+    """Both starts: the source package's cache and, without it, the eager route's."""
+    features = model.model.inference
+    source = features.compiled_source
     for ids in _sources(model):
-        fast, eager, ran = _both(model.model, _src(model, ids), decoding)
-        assert ran == 1
-        _same(fast, eager)
+        for use in (source, None):
+            before, features.compiled_source = compiled_source.COUNTS["sources"], use
+            try:
+                fast, eager, ran = _both(model.model, _src(model, ids), decoding)
+            finally:
+                features.compiled_source = source
+            assert ran == 1
+            assert compiled_source.COUNTS["sources"] - before == (use is not None)
+            _same(fast, eager)
 
 
 @pytest.mark.slow

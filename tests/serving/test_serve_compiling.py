@@ -20,7 +20,7 @@ from helpers import multi30k_lines, needs_cpp_compiler
 
 import seq2seq.model.inference.compiled as compiled
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding import compiled_greedy
+from seq2seq.decoding import compiled_beam, compiled_greedy
 from seq2seq.fields import FieldWarning
 from seq2seq.translation.translator import Translator
 
@@ -79,15 +79,17 @@ def test_another_beam_is_made_when_asked_not_inside_the_call(cache):
     assert served.compiling.wait(BUILD_S)  # greedy's and beam 5's packages, from the cache
     beam2 = Translator(served.translator.model, served.translator.tokenizers,
                        DecodingConfig(method="beam", beam_size=2))
-    steps = compiled.COUNTS["steps"]
+    steps, scored = compiled.COUNTS["steps"], compiled_beam.COUNTS["steps"]
     differential.check_same("beam 2 asked for", TEXTS[:2], _one_at_a_time(beam2, TEXTS[:2]),
                             "beam2")
-    assert compiled.COUNTS["steps"] == steps  # eager: its package is being made meanwhile
+    # eager: its packages are being made meanwhile
+    assert (compiled.COUNTS["steps"], compiled_beam.COUNTS["steps"]) == (steps, scored)
     assert served.compile_state == "building"
     assert served.compiling.wait(BUILD_S) and served.compile_state == "ready"
-    assert 2 in served.translator.model.inference.compiled_step.loaders
+    features = served.translator.model.inference
+    assert 2 in features.compiled_step.loaders and 2 in features.compiled_beam.loaders
     differential.check_same("beam 2 compiled", TEXTS, _one_at_a_time(beam2, TEXTS), "beam2")
-    assert compiled.COUNTS["steps"] > steps
+    assert compiled_beam.COUNTS["steps"] > scored  # one sentence's beam-2 scoring package
 
 
 def test_a_failed_child_leaves_eager_decoding_with_one_note(monkeypatch, tmp_path):

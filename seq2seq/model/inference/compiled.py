@@ -73,6 +73,15 @@ INDUCTOR_CONFIGS = MappingProxyType({
 # against 223-358 us in the batch package, whatever torch's thread count (1 or 2; 2-core
 # AMD EPYC with AVX2, De->En Tiny). The output projection stays outside, on torch's threads.
 LONE_CONFIGS = MappingProxyType({**INDUCTOR_CONFIGS, "cpp.threads": 1})
+# The one-sentence graphs' revision: a package cached from an earlier graph (it passes the
+# check, being correct) is made again instead of running slower than the current one.
+LONE_REVISION = 2
+
+
+def lone_tag() -> str:
+    """What the one-sentence packages' cache keys add to the step's: their configs and
+    graph revision."""
+    return f"lone {json.dumps(dict(LONE_CONFIGS), sort_keys=True)} revision {LONE_REVISION}"
 
 
 def _write_last(K: Tensor, V: Tensor):
@@ -85,27 +94,28 @@ def _write_last(K: Tensor, V: Tensor):
     return write
 
 
-def pure_step(model, plan, tokens: Tensor, kv, layouts) -> Tensor:
+def pure_step(model, plan, tokens: Tensor, kv, layouts, lone: bool = False) -> Tensor:
     """``tokens (R,)``, per layer K/V views ``(R, H, P+1, d)`` and the cross layout ->
     ``(R, 1, d_model)``; no Python state read but shapes, so one graph for every P.
     ``plan``: each layer's ``step.Projections`` through ``layers.linear`` (a graph holds
-    no prepacked oneDNN weight; Inductor lays the weights out itself)."""
+    no prepacked oneDNN weight; Inductor lays the weights out itself); ``lone``: a
+    one-sentence package's graph (``step.cross_attention``)."""
     emb, P = model.tgt_embed, kv[0][0].shape[2] - 1
     x = torch.add(emb.positions.select(0, P), F.embedding(tokens, emb.tokens.weight),
                   alpha=emb.scale)
     for layer, proj, (K, V), layout in zip(model.decoder.layers, plan, kv, layouts):
-        x = layer_step(layer, proj, x, _write_last(K, V), layout)
+        x = layer_step(layer, proj, x, _write_last(K, V), layout, lone)
     return model.decoder.final_norm(x)[:, None]
 
 
 class BufferStep(torch.nn.Module):
     """:func:`pure_step` over each layer's whole K/V buffers ``(R, H, C, d)``, the ``P + 1``
     positions sliced inside: views passed in would carry the capacity C in their strides
-    only, which export specializes."""
+    only, which export specializes. ``lone``: the graph of one sentence's package."""
 
-    def __init__(self, model):
+    def __init__(self, model, lone: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.lone = model, lone
         with torch.no_grad():
             self.plan = [projections(layer, packed=False) for layer in model.decoder.layers]
 
@@ -113,7 +123,7 @@ class BufferStep(torch.nn.Module):
         P1 = pos.shape[0]
         return pure_step(self.model, self.plan, tokens,
                          [(k[:, :, :P1], v[:, :, :P1]) for k, v in bufs],
-                         layouts)
+                         layouts, self.lone)
 
 
 def cpp_compiler() -> str | None:
@@ -201,7 +211,7 @@ def package(model, group: int, path: Path, made_for: dict, lone: bool = False) -
     dims = {"tokens": {0: R}, "bufs": [({0: R, 2: C}, {0: R, 2: C})] * len(args[1]),
             "layouts": [({0: HM, 2: S}, {0: HM, 1: S}, {0: HM, 2: S})] * len(args[2]),
             "pos": {0: P1}}
-    compile_into(BufferStep(model), args, dims, path, made_for,
+    compile_into(BufferStep(model, lone), args, dims, path, made_for,
                  LONE_CONFIGS if lone else INDUCTOR_CONFIGS)
 
 
@@ -318,7 +328,7 @@ class CompiledStep:
         self.pos = torch.empty(model.tgt_embed.positions.shape[0])  # its first P+1: a size
 
     def path(self, group: int, lone: bool = False) -> Path:
-        extra = f" lone {json.dumps(dict(LONE_CONFIGS), sort_keys=True)}" if lone else ""
+        extra = f" {lone_tag()}" if lone else ""
         digest = hashlib.sha256(f"{self.key} group {group}{extra}".encode()).hexdigest()[:32]
         return cache_dir() / f"step-{digest}.pt2"
 

@@ -18,7 +18,7 @@ import seq2seq.model.inference.compiled as compiled
 import seq2seq.model.inference.step as step_module
 from seq2seq.cli import translate
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding import compiled_greedy
+from seq2seq.decoding import compiled_beam, compiled_greedy
 from seq2seq.fields import FieldWarning
 from seq2seq.translation.translator import Translator
 
@@ -122,17 +122,17 @@ def test_one_sentence_at_a_time_equals_eager(search, capsys):
     translator = Translator.from_checkpoint(SHIPPED, differential.SEARCHES[search], compile=True)
     texts = differential.POOL[:100]
     before, before_greedy = dict(compiled.COUNTS), compiled_greedy.COUNTS["sentences"]
+    before_beam = compiled_beam.COUNTS["steps"]
     outputs = [translator.translate([t])[0] for t in texts]
     differential.check_same("--compile, one at a time", texts, outputs, search)
     assert "failed" not in capsys.readouterr().err
-    if search == "greedy":  # every sentence through its whole compiled greedy step
+    # no step through the step packages: one sentence's greedy step, or its beam step's
+    # scoring, is a package of its own (decoding.compiled_greedy, decoding.compiled_beam)
+    assert compiled.COUNTS["steps"] == before["steps"]
+    if search == "greedy":
         assert compiled_greedy.COUNTS["sentences"] - before_greedy == len(texts)
-        assert compiled.COUNTS["steps"] == before["steps"]
-        return
-    # every step through the one-sentence package (its own: fixed rows, one thread)
-    lone = compiled.COUNTS["lone"] - before["lone"]
-    assert lone == compiled.COUNTS["steps"] - before["steps"] > 100
-    assert translator.model.inference.compiled_step.lone[5]
+    else:
+        assert compiled_beam.COUNTS["steps"] - before_beam > 100
 
 
 def test_a_batch_uses_the_other_package():
@@ -292,7 +292,8 @@ def test_a_greedy_package_under_a_beam_name_is_compiled_again(cache, capsys):
 
 
 def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, capsys):
-    """The load-time check (one and three sentences against the eager step, and encoder)
+    """The load-time check (one and three sentences against the eager step, the encoder,
+    the greedy step and the source side)
     turns any wrong package into eager decoding with one note each, before it translates
     anything."""
     Translator.from_checkpoint(SHIPPED, SEARCHES["greedy"], compile=True).translate(TEXTS[:1])
@@ -304,7 +305,7 @@ def test_a_package_that_disagrees_with_eager_is_not_used(cache, monkeypatch, cap
                                 "greedy")
     said = sorted(str(n.message).split(" failed")[0] for n in notes)
     assert said == ["compile: the compiled decoder step", "compile: the compiled encoder",
-                    "compile: the compiled greedy step"]
+                    "compile: the compiled greedy step", "compile: the compiled source side"]
     assert capsys.readouterr().err == ""
 
 
