@@ -143,6 +143,16 @@ class Tokenizer:
         return self._sp.encode(list(texts), out_type=int, enable_sampling=True, alpha=alpha,
                                nbest_size=-1, num_threads=1)
 
+    def encode_once(self, texts: Sequence[str],
+                    known: dict[str, list[int]] | None = None) -> list[list[int]]:
+        """:meth:`encode`, each distinct text once while ``known`` (text -> ids, filled as it
+        goes) is kept: a caller needing lengths first and ids later tokenizes once."""
+        known = {} if known is None else known
+        new = [t for t in dict.fromkeys(texts) if t not in known]
+        if new:
+            known.update(zip(new, self.encode(new)))
+        return [known[t] for t in texts]
+
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Batched decoding; pad/bos/eos ids are dropped wherever they occur (no truncation)."""
         clean = [[int(i) for i in seq if int(i) not in self._specials] for seq in ids]
@@ -193,3 +203,15 @@ class TokenizerPair:
         tgt = Tokenizer.from_bytes(state["tgt"]["model"])
         check_fingerprint(tgt, state["tgt"]["sha256"])
         return cls(src, src if tgt == src else tgt)  # joint: share one object, as in training
+
+
+def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
+    """Refuse tokenizers other than the model's (e.g. passed on a command line): a model
+    decodes garbage with another vocabulary, however similar it looks."""
+    for side in ("src", "tgt"):
+        want, got = getattr(expected, side).fingerprint, getattr(given, side).fingerprint
+        if want != got:
+            raise ValueError(
+                f"{side} tokenizer mismatch: the model was trained with sha256 {want[:16]}..., "
+                f"got {got[:16]}...; use the tokenizer stored in the checkpoint"
+            )

@@ -51,18 +51,6 @@ from seq2seq.translation.numbers import restore_numbers
 from seq2seq.translation.result import TranslationResult, confidence, output_flags
 
 
-def check_tokenizers(expected: TokenizerPair, given: TokenizerPair) -> None:
-    """Refuse tokenizers other than the model's (e.g. passed on a command line): a model
-    decodes garbage with another vocabulary, however similar it looks."""
-    for side in ("src", "tgt"):
-        want, got = getattr(expected, side).fingerprint, getattr(given, side).fingerprint
-        if want != got:
-            raise ValueError(
-                f"{side} tokenizer mismatch: the model was trained with sha256 {want[:16]}..., "
-                f"got {got[:16]}...; use the tokenizer stored in the checkpoint"
-            )
-
-
 def _translates(t: Translator) -> str:
     """What a model translates, as the ensemble check compares and names it: its pair, or
     a multilingual model's directions and where its tags go."""
@@ -254,9 +242,10 @@ class Translator:
         if not self.decoding.split_sentences or need_attention:
             return self._flag_unsure(self._translate_lines(texts, need_attention, progress, tag))
         limit = min(self.decoding.max_sentence_tokens, self._max_source(tag) - 1)
+        known: dict[str, list[int]] = {}  # tokenize once: the plan's lengths, then the ids
         plan = paragraphs.plan(texts, self.source_language(source_lang, target_lang),
-                               self._lengths, limit)
-        results = plan.assemble(self._translate_lines(plan.units, False, progress, tag))
+                               lambda pieces: self._lengths(pieces, known), limit)
+        results = plan.assemble(self._translate_lines(plan.units, False, progress, tag, known))
         return self._flag_unsure(results)
 
     def _flag_unsure(self, results: list[TranslationResult]) -> list[TranslationResult]:
@@ -280,21 +269,21 @@ class Translator:
         sources = {s for s, t in self.directions.pairs if t == tgt}
         return sources.pop() if len(sources) == 1 else None
 
-    def _lengths(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizers.src.encode(texts)] if texts else []
+    def _lengths(self, texts: list[str], known: dict | None = None) -> list[int]:
+        return [len(ids) for ids in self.tokenizers.src.encode_once(texts, known)]
 
     def _max_source(self, tag: _Tag) -> int:
         """Source positions left for the text's tokens (and EOS)."""
         return self.model.arch.max_positions - (tag.source is not None)
 
     def _translate_lines(self, texts: list[str], need_attention: bool, progress: bool,
-                         tag: _Tag) -> list[TranslationResult]:
+                         tag: _Tag, known: dict | None = None) -> list[TranslationResult]:
         """Each text as one model input (blank text: ``""`` without a model call). Without
         ``need_attention``, links inside a text never reach the model: they are cut out,
         and put back by the alignment (those texts are translated with attention)."""
         cut_out = [passthrough.holes(t) if not need_attention else (t, []) for t in texts]
         model_texts = [m for m, _ in cut_out]
-        ids, cut = self._source_ids(model_texts, tag)
+        ids, cut = self._source_ids(model_texts, tag, known)
         results = [TranslationResult(t, "", 0.0, 0.0, [("", 0.0)]) for t in texts]
         todo = [i for i, s in enumerate(ids) if s]
         if not todo:
@@ -321,12 +310,13 @@ class Translator:
         return results
 
     # ------------------------------------------------------------ steps
-    def _source_ids(self, texts: list[str], tag: _Tag = _Tag()) -> tuple[list[list[int]], list[int]]:
+    def _source_ids(self, texts: list[str], tag: _Tag = _Tag(),
+                    known: dict | None = None) -> tuple[list[list[int]], list[int]]:
         """Subword ids per text (``collate_src`` adds EOS and a source tag); ``[]`` for blank
         text; sources longer than the model's positions are truncated with a warning (and
         their indices returned, to be flagged)."""
         full = [i for i, t in enumerate(texts) if t.strip()]
-        encoded = dict(zip(full, self.tokenizers.src.encode([texts[i] for i in full])))
+        encoded = dict(zip(full, self.tokenizers.src.encode_once([texts[i] for i in full], known)))
         max_positions = self._max_source(tag)
         ids = [truncate_source(encoded.get(i, []), max_positions) for i in range(len(texts))]
         limit = max_positions - 1

@@ -145,3 +145,27 @@ def test_a_batch_encodes_and_decodes_as_its_texts_one_by_one(tok, corpus, n):
     assert ids == [tok.encode([t])[0] for t in texts]
     assert tok.decode(ids) == [tok.decode([row])[0] for row in ids]
     assert len(ids) == n
+
+
+def test_encode_once_is_encode_and_tokenizes_each_text_once(tok, corpus, monkeypatch):
+    """Whatever is already known, in any order and with repeats, ``encode_once`` gives what
+    ``encode`` gives, and sends SentencePiece only the distinct texts not yet known."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pool = corpus["de"][:12] + corpus["en"][:4] + ["", " ", "a a a"]
+    want = dict(zip(pool, tok.encode(pool)))
+    asked: list[str] = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda texts: asked.extend(texts) or encode(texts))
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.sampled_from(pool), max_size=10), st.lists(st.sampled_from(pool), max_size=6))
+    def check(texts, known_first):
+        known = {t: want[t] for t in known_first}
+        asked.clear()
+        assert tok.encode_once(texts, known) == [want[t] for t in texts]
+        assert sorted(asked) == sorted(set(texts) - set(known_first))
+        assert all(known[t] == want[t] for t in texts)  # what it learned is kept
+    check()
+    assert tok.encode_once(pool[:3]) == [want[t] for t in pool[:3]]  # no memo: plain encode

@@ -19,11 +19,11 @@ from helpers import save_tiny_checkpoint, tiny_random_model
 from seq2seq.cli.translate import decoding_from_args
 from seq2seq.cli.translate import main as cli_main
 from seq2seq.config import DecodingConfig, TokenizerConfig
-from seq2seq.data.tokenizer import Tokenizer, TokenizerPair
+from seq2seq.data.tokenizer import Tokenizer, TokenizerPair, check_tokenizers
 from seq2seq.files import save_atomic
 from seq2seq.plotting import plot_attention
 from seq2seq.translation import translator as translate_module
-from seq2seq.translation.translator import Translator, check_tokenizers
+from seq2seq.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "multi30k"
@@ -148,6 +148,25 @@ def test_emoji_and_control_characters(checkpoint, tokenizers):
     assert "<unk>" in results[1].src_pieces  # NUL; the other control characters are normalized away
     # Text the normalizer removes entirely (zero-width space, form feed) translates to "".
     assert [r.hyp for r in results[2::3]] == ["", ""] and results[2].src_pieces == results[5].src_pieces == []
+
+
+def test_each_sentence_is_tokenized_once_and_results_are_unchanged(checkpoint, monkeypatch):
+    """The sentence plan's lengths and the model's ids come from one SentencePiece call per
+    distinct sentence of a call (repeats included), and the results are those of encoding
+    every time (the route before: lengths, then ids, each encoded anew)."""
+    texts = [f"{SENTENCES[0]} {SENTENCES[1]}", SENTENCES[0], "", f"{SENTENCES[2]}\n\n{SENTENCES[0]}"]
+    t = translator(checkpoint, method="beam", beam_size=2)
+    sp = t.tokenizers.src._sp
+    asked: list[str] = []
+    real = sp.encode
+    monkeypatch.setattr(sp, "encode", lambda x, **kw: asked.extend([x] if isinstance(x, str) else x)
+                        or real(x, **kw))
+    got = t.translate_full(texts)
+    assert len(asked) == len(set(asked)) == 3  # the three distinct sentences, once each
+    Tokenizer = type(t.tokenizers.src)
+    monkeypatch.setattr(Tokenizer, "encode_once", lambda self, xs, known=None: self.encode(xs))
+    assert_same_results(got, t.translate_full(texts))
+    assert len(asked) > 6  # the plain route encodes again: the count above is the memo's
 
 
 def test_mode_restored_and_validation_call(checkpoint, tokenizers):
